@@ -1,0 +1,133 @@
+package app_test
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
+)
+
+func env(kv ...string) func(string) string {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return func(k string) string { return m[k] }
+}
+
+var podEnv = env("POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns")
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  func(string) string
+		// every substring must be in the one-line error
+		want []string
+	}{
+		{"enabled without a source", []string{"--enable-peer-discovery"}, podEnv,
+			[]string{"--epp-peer-service", "--epp-peer-file"}},
+		{"both sources", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-file=/p.yaml"}, podEnv,
+			[]string{"--epp-peer-service", "--epp-peer-file", "mutually exclusive"}},
+		{"port 0", []string{"--epp-peer-port=0"}, podEnv, []string{"--epp-peer-port=0", "1 and 65535"}},
+		{"port 70000", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-port=70000"}, podEnv,
+			[]string{"--epp-peer-port=70000", "1 and 65535"}},
+		{"negative port", []string{"--epp-peer-port", "-1"}, podEnv, []string{"--epp-peer-port=-1"}},
+		{"port not a number", []string{"--epp-peer-port=abc"}, podEnv, []string{"epp-peer-port"}},
+		{"empty port name", []string{"--epp-peer-port-name="}, podEnv, []string{"--epp-peer-port-name", "empty"}},
+		{"invalid port name", []string{"--epp-peer-port-name=Peer_Sync"}, podEnv, []string{"--epp-peer-port-name=\"Peer_Sync\""}},
+		{"invalid service name", []string{"--enable-peer-discovery", "--epp-peer-service=EPP.svc"}, podEnv, []string{"--epp-peer-service=\"EPP.svc\""}},
+		{"no namespace", []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, env("POD_NAME", "epp-0"),
+			[]string{"--pool-namespace", "NAMESPACE"}},
+		{"service source without self", []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, env("NAMESPACE", "ns"),
+			[]string{"POD_IP", "POD_IPS", "POD_NAME", "downward API"}},
+		{"bad POD_IP", []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, env("NAMESPACE", "ns", "POD_IP", "10.0.0"),
+			[]string{"POD_IP=\"10.0.0\""}},
+		{"bad POD_IPS entry", []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, env("NAMESPACE", "ns", "POD_IPS", "10.0.0.1,[fd00::1]"),
+			[]string{"POD_IPS=\"[fd00::1]\""}},
+		{"unknown flag", []string{"--epp-peer-servce=epp"}, podEnv, []string{"epp-peer-servce"}},
+		{"positional argument", []string{"serve"}, podEnv, []string{"\"serve\""}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			_, err := app.Parse(tc.args, tc.env, &stderr)
+			var usage *app.UsageError
+			if !errors.As(err, &usage) {
+				t.Fatalf("Parse(%v) = %v, want a UsageError", tc.args, err)
+			}
+			msg := err.Error()
+			if strings.Contains(msg, "\n") {
+				t.Errorf("error spans several lines: %q", msg)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not mention %q", msg, w)
+				}
+			}
+		})
+	}
+}
+
+func TestParse(t *testing.T) {
+	tests := []struct {
+		name        string
+		args        []string
+		env         func(string) string
+		wantSource  string
+		wantNS      string
+		wantSelf    peerset.Self
+		wantWarning string
+	}{
+		{name: "defaults: off", env: env(), wantSource: ""},
+		{name: "off, source flags only warn", args: []string{"--epp-peer-service=epp"}, env: env(),
+			wantWarning: "--epp-peer-service=epp has no effect without --enable-peer-discovery"},
+		{name: "endpointslice source, namespace from NAMESPACE",
+			args: []string{"--enable-peer-discovery", "--epp-peer-service=epp"},
+			env:  env("NAMESPACE", "ns", "POD_NAMESPACE", "other", "POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "POD_IPS", "10.0.0.1, fd00::1"),
+			wantSource: "endpointslice", wantNS: "ns",
+			wantSelf: peerset.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")}}},
+		{name: "namespace from POD_NAMESPACE, self from POD_IPS only, IPv6 first",
+			args:       []string{"--enable-peer-discovery", "--epp-peer-service", "epp"},
+			env:        env("POD_NAMESPACE", "team", "POD_IPS", "fd00::1,10.0.0.1"),
+			wantSource: "endpointslice", wantNS: "team",
+			wantSelf: peerset.Self{Addresses: []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("10.0.0.1")}}},
+		{name: "--pool-namespace wins over env",
+			args:       []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--pool-namespace=flagged"},
+			env:        env("NAMESPACE", "ns", "POD_NAME", "epp-0"),
+			wantSource: "endpointslice", wantNS: "flagged", wantSelf: peerset.Self{Name: "epp-0"}},
+		{name: "file source needs no Kubernetes env",
+			args: []string{"--enable-peer-discovery", "--epp-peer-file=/etc/epp/peers.yaml"}, env: env(),
+			wantSource: "file"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			o, err := app.Parse(tc.args, tc.env, &stderr)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if o.Source() != tc.wantSource || o.PoolNamespace != tc.wantNS {
+				t.Errorf("source %q namespace %q, want %q %q", o.Source(), o.PoolNamespace, tc.wantSource, tc.wantNS)
+			}
+			if diff := cmp.Diff(tc.wantSelf, o.Self, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("self (-want +got):\n%s", diff)
+			}
+			if tc.wantWarning == "" && stderr.Len() > 0 {
+				t.Errorf("unexpected output: %q", stderr.String())
+			}
+			if tc.wantWarning != "" && !strings.Contains(stderr.String(), tc.wantWarning) {
+				t.Errorf("stderr %q lacks warning %q", stderr.String(), tc.wantWarning)
+			}
+			if o.PeerPortName != "peer-sync" || o.PeerPort != 9005 || o.MetricsAddr != ":9090" || o.ProbeAddr != ":8081" {
+				t.Errorf("defaults changed: %+v", o)
+			}
+		})
+	}
+}

@@ -1,0 +1,40 @@
+// Command epp runs EPP peer discovery and shows its peer view at /debug/peers.
+// See the README for flags and examples.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
+)
+
+func main() {
+	opts, err := app.Parse(os.Args[1:], os.Getenv, os.Stderr)
+	switch {
+	case errors.Is(err, app.ErrHelp):
+		os.Exit(0)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "epp: %v\n", err)
+		os.Exit(2)
+	}
+	log := zap.New(zap.UseFlagOptions(&opts.Zap))
+	ctrl.SetLogger(log)
+	klog.SetLogger(log)
+
+	ctx := ctrl.SetupSignalHandler()
+	a, err := app.New(opts, nil, log)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "epp: %v\n", err)
+		os.Exit(1)
+	}
+	if err := a.Run(ctx); err != nil {
+		log.Error(err, "epp stopped")
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,195 @@
+package endpointslice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
+)
+
+// Reconciler recomputes the peer set from the cached slices on every event and
+// publishes the difference. It also reports whether the initial list completed.
+type Reconciler struct {
+	cfg     peerset.Config
+	reader  client.Reader
+	tracker *peers.Tracker
+	log     logr.Logger
+	now     func() time.Time
+
+	mu       sync.Mutex // serializes recomputes
+	synced   atomic.Bool
+	syncedAt atomic.Pointer[time.Time]
+	lastErr  atomic.Pointer[error]
+}
+
+var (
+	_ reconcile.Reconciler = (*Reconciler)(nil)
+	_ manager.Runnable     = (*syncWaiter)(nil)
+)
+
+// NewReconciler returns a Reconciler that reads slices from reader and publishes to n.
+func NewReconciler(cfg peerset.Config, reader client.Reader, n peers.PeerNotifier, log logr.Logger) *Reconciler {
+	return &Reconciler{cfg: cfg, reader: reader, tracker: peers.NewTracker(n), log: log, now: time.Now}
+}
+
+// Reconcile implements reconcile.Reconciler. The request is ignored: the whole set is
+// recomputed from the cache, so events arriving out of order never drop a peer.
+func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+	return reconcile.Result{}, r.recompute(ctx)
+}
+
+func (r *Reconciler) recompute(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	start := r.now()
+	var list discoveryv1.EndpointSliceList
+	if err := r.reader.List(ctx, &list, client.InNamespace(r.cfg.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: r.cfg.Service}, client.UnsafeDisableDeepCopy); err != nil {
+		metrics.Errors.WithLabelValues(metrics.ReasonList).Inc()
+		return fmt.Errorf("listing cached endpointslices of service %s/%s: %w", r.cfg.Namespace, r.cfg.Service, err)
+	}
+	set := peerset.Compute(r.cfg, list.Items)
+	change := r.tracker.Publish(set)
+	now := r.now()
+	metrics.Recompute.Observe(now.Sub(start).Seconds())
+	metrics.EndpointSlices.Set(float64(len(list.Items)))
+	metrics.ObserveChange(change, len(set), now)
+	if !change.Empty() {
+		r.log.Info("peer set changed", "peers", len(set), "upserted", ids(change.Upserts), "deleted", change.Deletes)
+	}
+	return nil
+}
+
+// Synced reports whether the initial list of slices completed and was published.
+func (r *Reconciler) Synced() bool { return r.synced.Load() }
+
+// SyncedAt is when the initial list completed (zero before).
+func (r *Reconciler) SyncedAt() time.Time {
+	if t := r.syncedAt.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
+}
+
+// LastError is the last list/watch error, nil when there was none.
+func (r *Reconciler) LastError() error {
+	if e := r.lastErr.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// WatchErrorHandler logs and counts list/watch failures of the informer. A
+// forbidden error names the missing permission.
+func (r *Reconciler) WatchErrorHandler(_ context.Context, _ *toolscache.Reflector, err error) {
+	switch {
+	case errors.Is(err, io.EOF), apierrors.IsResourceExpired(err), apierrors.IsGone(err):
+		return // normal watch ends; the reflector re-lists or re-watches
+	case apierrors.IsForbidden(err):
+		err = fmt.Errorf("missing RBAC: need get, list and watch on discovery.k8s.io endpointslices in namespace %q (a Role bound to this pod's ServiceAccount): %w", r.cfg.Namespace, err)
+		metrics.Errors.WithLabelValues(metrics.ReasonForbidden).Inc()
+	default:
+		err = fmt.Errorf("list/watch of endpointslices in namespace %q failed: %w", r.cfg.Namespace, err)
+		metrics.Errors.WithLabelValues(metrics.ReasonWatch).Inc()
+	}
+	r.lastErr.Store(&err)
+	r.log.Error(err, "peer discovery cannot read EndpointSlices", "namespace", r.cfg.Namespace, "service", r.cfg.Service)
+}
+
+// SetupWithManager registers the controller and the runnable that marks the
+// reconciler synced once the informer's initial list completed.
+func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
+	key := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.cfg.Namespace, Name: r.cfg.Service}}
+	toKey := handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *discoveryv1.EndpointSlice) []reconcile.Request {
+		return []reconcile.Request{key}
+	})
+	ofService := predicate.NewTypedPredicateFuncs(func(s *discoveryv1.EndpointSlice) bool {
+		return s.Namespace == r.cfg.Namespace && s.Labels[discoveryv1.LabelServiceName] == r.cfg.Service
+	})
+	err := builder.ControllerManagedBy(mgr).
+		Named("epp-peer-discovery").
+		WatchesRawSource(source.Kind(mgr.GetCache(), &discoveryv1.EndpointSlice{}, toKey, ofService)).
+		WithOptions(controller.Options{
+			MaxConcurrentReconciles: 1,
+			NeedLeaderElection:      ptr.To(false),
+			// Missing RBAC must not stop the process: it waits, not ready, until the
+			// permission appears.
+			CacheSyncTimeout:   time.Duration(math.MaxInt64),
+			SkipNameValidation: ptr.To(true),
+		}).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up the endpointslice controller: %w", err)
+	}
+	return mgr.Add(&syncWaiter{r: r, cache: mgr.GetCache()})
+}
+
+// syncWaiter waits for the informer's initial list, publishes the set computed from
+// it (also when no slice exists yet) and marks the reconciler synced.
+type syncWaiter struct {
+	r     *Reconciler
+	cache cache.Cache
+}
+
+func (w *syncWaiter) NeedLeaderElection() bool { return false }
+
+func (w *syncWaiter) Start(ctx context.Context) error {
+	inf, err := w.cache.GetInformer(ctx, &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		return fmt.Errorf("getting the endpointslice informer: %w", err)
+	}
+	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return inf.HasSynced(), nil
+	}); err != nil {
+		return nil // shutting down before the first sync
+	}
+	if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := w.r.recompute(ctx); err != nil {
+			w.r.log.Error(err, "initial peer computation failed, retrying")
+			return false, nil
+		}
+		return true, nil
+	}); err != nil {
+		return nil
+	}
+	now := w.r.now()
+	w.r.syncedAt.Store(&now)
+	w.r.synced.Store(true)
+	w.r.lastErr.Store(nil)
+	metrics.Synced.Set(1)
+	w.r.log.Info("peer discovery synced", "namespace", w.r.cfg.Namespace, "service", w.r.cfg.Service)
+	return nil
+}
+
+func ids(ps []peers.PeerMetadata) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.ID()
+	}
+	return out
+}

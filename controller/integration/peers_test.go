@@ -1,0 +1,159 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/slicegen"
+)
+
+func selfEnv(ns string) map[string]string {
+	return map[string]string{"NAMESPACE": ns, "POD_NAME": "epp-0", "POD_IP": "10.0.0.1", "POD_IPS": "10.0.0.1,fd00::1"}
+}
+
+// TestPeersFollowSliceChurn drives one replica's peer set through creates, updates
+// and deletes of real EndpointSlices and checks the store and /debug/peers after each.
+func TestPeersFollowSliceChurn(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "churn", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startApp(t, env.Config, []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, selfEnv(ns))
+	slicesAPI := env.Clientset.DiscoveryV1().EndpointSlices(ns)
+
+	expect := func(step string, want ...string) {
+		t.Helper()
+		if want == nil {
+			want = []string{}
+		}
+		eventually(t, 10*time.Second, func() string {
+			if diff := cmp.Diff(want, peerIDs(a.Store.Peers())); diff != "" {
+				return fmt.Sprintf("%s: peers (-want +got):\n%s", step, diff)
+			}
+			return ""
+		})
+	}
+
+	// Ready with no slice at all: synced does not wait for a slice to exist.
+	eventually(t, 10*time.Second, func() string {
+		if code, body := get(t, a.ProbeAddr(), "/readyz"); code != http.StatusOK {
+			return fmt.Sprintf("readyz %d %s", code, body)
+		}
+		return ""
+	})
+	doc, err := debugPeers(t, a.MetricsAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !doc.Enabled || doc.Source != "endpointslice" || doc.Synced == nil || !*doc.Synced || doc.Peers == nil || len(doc.Peers) != 0 {
+		t.Fatalf("document before any slice: %+v", doc)
+	}
+
+	s4 := slicegen.Slice("epp-v4", slicegen.Namespace(ns),
+		slicegen.Ports("http", 9002, "peer-sync", 9005),
+		slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2"), slicegen.Pod("epp-2", "10.0.0.3"))
+	created, err := slicesAPI.Create(ctx, &s4, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect("create", ns+"/epp-1@10.0.0.2:9005", ns+"/epp-2@10.0.0.3:9005")
+
+	// The same pods in an IPv6 slice (dual stack): still one peer each, IPv4 like self.
+	s6 := slicegen.Slice("epp-v6", slicegen.Namespace(ns), slicegen.IPv6(),
+		slicegen.Pod("epp-0", "fd00::1"), slicegen.Pod("epp-1", "fd00::2"), slicegen.Pod("epp-3", "fd00::4"))
+	if _, err := slicesAPI.Create(ctx, &s6, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("dual stack", ns+"/epp-1@10.0.0.2:9005", ns+"/epp-2@10.0.0.3:9005", ns+"/epp-3@[fd00::4]:9005")
+
+	// Port change.
+	created.Ports[1].Port = ptr.To[int32](7005)
+	if created, err = slicesAPI.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("port change", ns+"/epp-1@10.0.0.2:7005", ns+"/epp-2@10.0.0.3:7005", ns+"/epp-3@[fd00::4]:9005")
+
+	// epp-2 NotReady.
+	created.Endpoints[2].Conditions.Ready = ptr.To(false)
+	if created, err = slicesAPI.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("not ready", ns+"/epp-1@10.0.0.2:7005", ns+"/epp-3@[fd00::4]:9005")
+
+	// epp-1 terminating but still ready in the IPv4 slice; its IPv6 listing is
+	// still ready and not terminating, so it stays, now through the IPv6 slice.
+	created.Endpoints[1].Conditions.Terminating = ptr.To(true)
+	if created, err = slicesAPI.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("terminating in one family", ns+"/epp-1@[fd00::2]:9005", ns+"/epp-3@[fd00::4]:9005")
+
+	// Delete the IPv6 slice: epp-1 is terminating everywhere, epp-3 is gone.
+	if err := slicesAPI.Delete(ctx, "epp-v6", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("delete IPv6 slice")
+
+	// /debug/peers follows the store and never lists self.
+	created.Endpoints[1].Conditions.Terminating = ptr.To(false)
+	if _, err = slicesAPI.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("ready again", ns+"/epp-1@10.0.0.2:7005")
+	doc, err = debugPeers(t, a.MetricsAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Peers) != 1 || doc.Peers[0].ID != ns+"/epp-1" || doc.Peers[0].Address != "10.0.0.2" || doc.Peers[0].Port != 7005 {
+		t.Fatalf("/debug/peers peers = %+v", doc.Peers)
+	}
+	if doc.Self == nil || doc.Self.Name != "epp-0" || doc.Self.Namespace != ns || !slices.Equal(doc.Self.Addresses, []string{"10.0.0.1", "fd00::1"}) {
+		t.Fatalf("/debug/peers self = %+v", doc.Self)
+	}
+	if doc.UpdatedAt == nil || time.Since(*doc.UpdatedAt) > time.Minute {
+		t.Fatalf("/debug/peers updatedAt = %v", doc.UpdatedAt)
+	}
+
+	// Delete the last slice.
+	if err := slicesAPI.Delete(ctx, "epp-v4", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("delete all")
+	_, body := get(t, a.MetricsAddr(), "/metrics")
+	for _, m := range []string{"epp_peer_discovery_peers 0", "epp_peer_discovery_synced 1", "epp_peer_discovery_peer_upserts_total", "epp_peer_discovery_last_change_timestamp_seconds"} {
+		if !strings.Contains(body, m) {
+			t.Errorf("/metrics lacks %q", m)
+		}
+	}
+}
+
+// TestSliceWithoutNamedPortUsesDefault covers a Service without a peer-sync port,
+// as seen mid-update of a chart that adds the port.
+func TestSliceWithoutNamedPortUsesDefault(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "noport", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startApp(t, env.Config, []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-port=9111"}, selfEnv(ns))
+	s := slicegen.Slice("epp-a", slicegen.Namespace(ns), slicegen.Ports("http", 9002), slicegen.Pod("epp-1", "10.0.0.2"))
+	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if got := peerIDs(a.Store.Peers()); !slices.Equal(got, []string{ns + "/epp-1@10.0.0.2:9111"}) {
+			return fmt.Sprintf("peers %v", got)
+		}
+		return ""
+	})
+}

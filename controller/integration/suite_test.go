@@ -1,0 +1,156 @@
+// Package integration_test runs the production wiring of epp (app.Parse, app.New,
+// app.Run, and the bin/epp binary) against a real kube-apiserver and etcd.
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/client-go/rest"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+)
+
+var env *testenv.Env
+
+func TestMain(m *testing.M) {
+	var err error
+	env, err = testenv.Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "integration tests need a real API server: %v\n", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	env.Stop()
+	os.Exit(code)
+}
+
+// logBuffer collects log lines for assertions; safe for concurrent use.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *logBuffer) logger() logr.Logger {
+	return funcr.New(func(prefix, args string) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		fmt.Fprintln(&l.buf, prefix, args)
+	}, funcr.Options{})
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
+type running struct {
+	*app.App
+	logs *logBuffer
+}
+
+// startApp parses args and env exactly as main does, builds the app with restConfig
+// and runs it until the test ends.
+func startApp(t *testing.T, restConfig *rest.Config, args []string, envVars map[string]string) running {
+	t.Helper()
+	args = append([]string{"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)
+	var stderr bytes.Buffer
+	opts, err := app.Parse(args, func(k string) string { return envVars[k] }, &stderr)
+	if err != nil {
+		t.Fatalf("Parse(%v): %v", args, err)
+	}
+	logs := &logBuffer{}
+	a, err := app.New(opts, restConfig, logs.logger())
+	if err != nil {
+		t.Fatalf("app.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("app.Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("app did not stop within 30s of its context ending")
+		}
+		if t.Failed() {
+			t.Logf("app logs:\n%s", logs.String())
+		}
+	})
+	return running{App: a, logs: logs}
+}
+
+// eventually polls cond every 50ms until it returns "" or timeout passes, then fails
+// with the last reason.
+func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		reason := cond()
+		if reason == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", timeout, reason)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+// get fetches http://addr/path (addr is always 127.0.0.1) and returns status and body.
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("refusing to send a request to %s: tests talk to 127.0.0.1 only", addr)
+	}
+	resp, err := httpClient.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// debugPeers fetches and decodes /debug/peers.
+func debugPeers(t *testing.T, addr string) (peers.Document, error) {
+	t.Helper()
+	code, body := get(t, addr, "/debug/peers")
+	var doc peers.Document
+	if code != http.StatusOK {
+		return doc, fmt.Errorf("GET /debug/peers: %d %s", code, body)
+	}
+	if err := json.Unmarshal([]byte(body), &doc); err != nil {
+		return doc, fmt.Errorf("decoding /debug/peers %q: %w", body, err)
+	}
+	return doc, nil
+}
+
+// peerIDs formats peers as "id@address:port" for readable comparisons.
+func peerIDs(ps []peers.PeerMetadata) []string {
+	out := []string{}
+	for _, p := range ps {
+		out = append(out, fmt.Sprintf("%s@%s", p.ID(), p.HostPort()))
+	}
+	return out
+}

@@ -1,0 +1,162 @@
+// Package testenv starts a real kube-apiserver and etcd (controller-runtime's
+// envtest) from the binaries that `make k8s` builds into bin/k8s, and offers the
+// helpers the integration tests share: namespaces, ServiceAccount tokens, kubeconfigs.
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Env is a running API server.
+type Env struct {
+	env *envtest.Environment
+	// Config is an admin (system:masters) client config.
+	Config *rest.Config
+	// Clientset talks to the API server as admin.
+	Clientset *kubernetes.Clientset
+	// Kubeconfig is the path of an admin kubeconfig file.
+	Kubeconfig string
+	dir        string
+}
+
+const modulePath = "github.com/epp-peer-discovery/epp-peer-discovery"
+
+// RepoRoot returns the folder that holds the module's go.mod.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.HasPrefix(string(b), "module "+modulePath+"\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod of the project not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// AssetsDir is KUBEBUILDER_ASSETS, else <repo>/bin/k8s, checked to hold etcd and
+// kube-apiserver. The error says how to get them.
+func AssetsDir() (string, error) {
+	dir := os.Getenv("KUBEBUILDER_ASSETS")
+	if dir == "" {
+		root, err := RepoRoot()
+		if err != nil {
+			return "", err
+		}
+		dir = filepath.Join(root, "bin", "k8s")
+	}
+	for _, b := range []string{"etcd", "kube-apiserver"} {
+		if _, err := os.Stat(filepath.Join(dir, b)); err != nil {
+			return "", fmt.Errorf("%s not found in %s: run `make k8s` (make test does it) to build the control plane from the Go module proxy, or set KUBEBUILDER_ASSETS", b, dir)
+		}
+	}
+	return dir, nil
+}
+
+// Start starts etcd and kube-apiserver. Call Stop when done, also on failure.
+func Start() (*Env, error) {
+	assets, err := AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	e := &Env{env: &envtest.Environment{BinaryAssetsDirectory: assets, ControlPlaneStartTimeout: time.Minute}}
+	if e.Config, err = e.env.Start(); err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver and etcd from %s: %w", assets, err)
+	}
+	if e.Clientset, err = kubernetes.NewForConfig(e.Config); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	if e.dir, err = os.MkdirTemp("", "epp-testenv-"); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	e.Kubeconfig = filepath.Join(e.dir, "admin.kubeconfig")
+	if err := WriteKubeconfig(e.Config, e.Kubeconfig); err != nil {
+		e.Stop()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Stop stops the API server and etcd and removes the temporary files.
+func (e *Env) Stop() {
+	if e.env != nil {
+		_ = e.env.Stop()
+	}
+	if e.dir != "" {
+		_ = os.RemoveAll(e.dir)
+	}
+}
+
+// WriteKubeconfig writes a kubeconfig for cfg (client certificates or a token).
+func WriteKubeconfig(cfg *rest.Config, path string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["envtest"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos["user"] = &clientcmdapi.AuthInfo{
+		ClientCertificateData: cfg.CertData,
+		ClientKeyData:         cfg.KeyData,
+		Token:                 cfg.BearerToken,
+	}
+	kc.Contexts["envtest"] = &clientcmdapi.Context{Cluster: "envtest", AuthInfo: "user"}
+	kc.CurrentContext = "envtest"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// CreateNamespace creates a namespace with a generated name from prefix and labels.
+func (e *Env) CreateNamespace(ctx context.Context, prefix string, labels map[string]string) (string, error) {
+	ns, err := e.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	return ns.Name, nil
+}
+
+// ServiceAccountConfig creates the ServiceAccount if needed and returns a client
+// config that authenticates with a real token for it (TokenRequest API) and nothing
+// else: no client certificate.
+func (e *Env) ServiceAccountConfig(ctx context.Context, namespace, name string) (*rest.Config, error) {
+	_, err := e.Clientset.CoreV1().ServiceAccounts(namespace).Create(ctx, &corev1.ServiceAccount{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+	}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("creating ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	tr, err := e.Clientset.CoreV1().ServiceAccounts(namespace).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", namespace, name, err)
+	}
+	return &rest.Config{
+		Host:            e.Config.Host,
+		TLSClientConfig: rest.TLSClientConfig{CAData: e.Config.CAData},
+		BearerToken:     tr.Status.Token,
+		QPS:             50,
+		Burst:           100,
+	}, nil
+}

@@ -1,0 +1,55 @@
+package peers
+
+import (
+	"time"
+)
+
+// Source names used in Document.Source.
+const (
+	SourceEndpointSlice = "endpointslice"
+	SourceFile          = "file"
+)
+
+// Document is the JSON served at GET /debug/peers and written to the snapshot file.
+// Fields may be added, never renamed. Peers is never nil so that it encodes as [].
+type Document struct {
+	Enabled   bool          `json:"enabled"`
+	Source    string        `json:"source,omitempty"`
+	Synced    *bool         `json:"synced,omitempty"`
+	Self      *SelfDocument `json:"self,omitempty"`
+	Peers     []PeerEntry   `json:"peers"`
+	UpdatedAt *time.Time    `json:"updatedAt,omitempty"`
+}
+
+// SelfDocument describes the replica that serves the document.
+type SelfDocument struct {
+	Name      string   `json:"name,omitempty"`
+	Namespace string   `json:"namespace,omitempty"`
+	Addresses []string `json:"addresses"`
+}
+
+// PeerEntry is one peer in a Document. ID is "namespace/name".
+type PeerEntry struct {
+	ID        string `json:"id,omitempty"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Address   string `json:"address"`
+	Port      int32  `json:"port"`
+}
+
+// DisabledDocument is what a replica with peer discovery off serves.
+func DisabledDocument() Document { return Document{Enabled: false, Peers: []PeerEntry{}} }
+
+// Entries converts peers to document entries, keeping their order.
+func Entries(ps []PeerMetadata) []PeerEntry {
+	out := make([]PeerEntry, 0, len(ps))
+	for _, p := range ps {
+		out = append(out, PeerEntry{ID: p.ID(), Name: p.Name, Namespace: p.Namespace, Address: p.Address, Port: p.Port})
+	}
+	return out
+}
+
+// Metadata converts a document entry back to PeerMetadata.
+func (e PeerEntry) Metadata() PeerMetadata {
+	return PeerMetadata{Namespace: e.Namespace, Name: e.Name, Address: e.Address, Port: e.Port}
+}

@@ -1,0 +1,97 @@
+package peers
+
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+	"strconv"
+)
+
+// PeerMetadata identifies one peer replica and where to reach it.
+type PeerMetadata struct {
+	// Namespace and Name are the peer's identity: the Pod a slice endpoint refers to,
+	// or, for an endpoint without a targetRef, its namespace and first address.
+	Namespace string
+	Name      string
+	// Address is a plain IP address (IPv6 without brackets).
+	Address string
+	// Port is the peer's sync port.
+	Port int32
+}
+
+// ID is the peer's identity, "namespace/name". Peers are ordered by ID (byte order).
+func (p PeerMetadata) ID() string { return p.Namespace + "/" + p.Name }
+
+// HostPort is the address to dial, with IPv6 addresses in brackets.
+func (p PeerMetadata) HostPort() string {
+	if a, err := netip.ParseAddr(p.Address); err == nil {
+		return netip.AddrPortFrom(a, uint16(p.Port)).String()
+	}
+	return p.Address + ":" + strconv.Itoa(int(p.Port))
+}
+
+// SortByID orders peers by ID in place.
+func SortByID(ps []PeerMetadata) {
+	slices.SortFunc(ps, func(a, b PeerMetadata) int { return cmp.Compare(a.ID(), b.ID()) })
+}
+
+// PeerNotifier receives changes of the peer set.
+type PeerNotifier interface {
+	// UpsertPeer adds a peer, or replaces the peer with the same ID.
+	UpsertPeer(PeerMetadata)
+	// DeletePeer removes the peer with this ID; unknown IDs are ignored.
+	DeletePeer(id string)
+}
+
+// BatchNotifier is a PeerNotifier that can apply a whole change at once, so that its
+// readers never see a half-applied change. Tracker prefers it when available.
+type BatchNotifier interface {
+	PeerNotifier
+	ApplyPeerChange(Change)
+}
+
+// PeerStore is a PeerNotifier that can be read.
+type PeerStore interface {
+	PeerNotifier
+	// Peers returns the current peers ordered by ID. The caller owns the slice.
+	Peers() []PeerMetadata
+	// Peer returns the peer with this ID.
+	Peer(id string) (PeerMetadata, bool)
+}
+
+// Change is the difference between two peer sets.
+type Change struct {
+	// Upserts are new peers and peers whose address or port changed, ordered by ID.
+	Upserts []PeerMetadata
+	// Deletes are the IDs of peers that left, in byte order.
+	Deletes []string
+}
+
+// Empty reports whether the change changes nothing.
+func (c Change) Empty() bool { return len(c.Upserts) == 0 && len(c.Deletes) == 0 }
+
+// Diff returns what turns the set old into the set cur. Both are keyed by ID; their
+// order does not matter.
+func Diff(old, cur []PeerMetadata) Change {
+	before := make(map[string]PeerMetadata, len(old))
+	for _, p := range old {
+		before[p.ID()] = p
+	}
+	var c Change
+	seen := make(map[string]struct{}, len(cur))
+	for _, p := range cur {
+		id := p.ID()
+		seen[id] = struct{}{}
+		if prev, ok := before[id]; !ok || prev != p {
+			c.Upserts = append(c.Upserts, p)
+		}
+	}
+	for id := range before {
+		if _, ok := seen[id]; !ok {
+			c.Deletes = append(c.Deletes, id)
+		}
+	}
+	SortByID(c.Upserts)
+	slices.Sort(c.Deletes)
+	return c
+}

@@ -1,0 +1,197 @@
+package peers_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+)
+
+func p(name, addr string, port int32) peers.PeerMetadata {
+	return peers.PeerMetadata{Namespace: "ns", Name: name, Address: addr, Port: port}
+}
+
+func TestDiff(t *testing.T) {
+	tests := []struct {
+		name     string
+		old, cur []peers.PeerMetadata
+		want     peers.Change
+	}{
+		{name: "identical sets: nothing", old: []peers.PeerMetadata{p("a", "10.0.0.1", 1)}, cur: []peers.PeerMetadata{p("a", "10.0.0.1", 1)}},
+		{name: "order does not matter",
+			old: []peers.PeerMetadata{p("a", "10.0.0.1", 1), p("b", "10.0.0.2", 1)},
+			cur: []peers.PeerMetadata{p("b", "10.0.0.2", 1), p("a", "10.0.0.1", 1)}},
+		{name: "added", cur: []peers.PeerMetadata{p("b", "10.0.0.2", 1), p("a", "10.0.0.1", 1)},
+			want: peers.Change{Upserts: []peers.PeerMetadata{p("a", "10.0.0.1", 1), p("b", "10.0.0.2", 1)}}},
+		{name: "removed", old: []peers.PeerMetadata{p("b", "10.0.0.2", 1), p("a", "10.0.0.1", 1)},
+			want: peers.Change{Deletes: []string{"ns/a", "ns/b"}}},
+		{name: "port change is an upsert", old: []peers.PeerMetadata{p("a", "10.0.0.1", 1)}, cur: []peers.PeerMetadata{p("a", "10.0.0.1", 2)},
+			want: peers.Change{Upserts: []peers.PeerMetadata{p("a", "10.0.0.1", 2)}}},
+		{name: "address change is an upsert", old: []peers.PeerMetadata{p("a", "10.0.0.1", 1)}, cur: []peers.PeerMetadata{p("a", "fd00::1", 1)},
+			want: peers.Change{Upserts: []peers.PeerMetadata{p("a", "fd00::1", 1)}}},
+		{name: "mixed",
+			old:  []peers.PeerMetadata{p("a", "10.0.0.1", 1), p("b", "10.0.0.2", 1)},
+			cur:  []peers.PeerMetadata{p("b", "10.0.0.2", 1), p("c", "10.0.0.3", 1)},
+			want: peers.Change{Upserts: []peers.PeerMetadata{p("c", "10.0.0.3", 1)}, Deletes: []string{"ns/a"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, peers.Diff(tc.old, tc.cur)); diff != "" {
+				t.Fatalf("Diff (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// recorder is a PeerNotifier without batching: it sees individual calls.
+type recorder struct{ calls []string }
+
+func (r *recorder) UpsertPeer(p peers.PeerMetadata) { r.calls = append(r.calls, "upsert "+p.ID()) }
+func (r *recorder) DeletePeer(id string)            { r.calls = append(r.calls, "delete "+id) }
+
+func TestTrackerSendsOnlyChanges(t *testing.T) {
+	rec := &recorder{}
+	tr := peers.NewTracker(rec)
+	tr.Publish([]peers.PeerMetadata{p("a", "10.0.0.1", 1), p("b", "10.0.0.2", 1)})
+	tr.Publish([]peers.PeerMetadata{p("b", "10.0.0.2", 1), p("a", "10.0.0.1", 1)}) // same set: nothing
+	tr.Publish([]peers.PeerMetadata{p("b", "10.0.0.2", 2), p("c", "10.0.0.3", 1)})
+	want := []string{"upsert ns/a", "upsert ns/b", "delete ns/a", "upsert ns/b", "upsert ns/c"}
+	if diff := cmp.Diff(want, rec.calls); diff != "" {
+		t.Fatalf("notifier calls (-want +got):\n%s", diff)
+	}
+}
+
+func TestTrackerDoesNotKeepCallerSlice(t *testing.T) {
+	rec := &recorder{}
+	tr := peers.NewTracker(rec)
+	in := []peers.PeerMetadata{p("a", "10.0.0.1", 1)}
+	tr.Publish(in)
+	in[0].Port = 99 // caller reuses its slice
+	tr.Publish([]peers.PeerMetadata{p("a", "10.0.0.1", 1)})
+	if len(rec.calls) != 1 {
+		t.Fatalf("calls %v: the tracker must copy the published set", rec.calls)
+	}
+}
+
+func TestMemoryPeerStore(t *testing.T) {
+	s := peers.NewMemoryPeerStore()
+	if got := s.Peers(); got == nil || len(got) != 0 {
+		t.Fatalf("empty store Peers() = %#v, want empty non-nil", got)
+	}
+	s.UpsertPeer(p("c", "10.0.0.3", 1))
+	s.UpsertPeer(p("a", "10.0.0.1", 1))
+	s.UpsertPeer(p("b", "10.0.0.2", 1))
+	s.UpsertPeer(p("b", "10.0.0.2", 1)) // no-op: no new version
+	s.DeletePeer("ns/c")
+	s.DeletePeer("ns/unknown") // no-op
+	snap := s.Snapshot()
+	if diff := cmp.Diff([]peers.PeerMetadata{p("a", "10.0.0.1", 1), p("b", "10.0.0.2", 1)}, snap.Peers); diff != "" {
+		t.Fatalf("peers (-want +got):\n%s", diff)
+	}
+	if snap.Version != 4 {
+		t.Fatalf("version %d after 4 real changes and 2 no-ops, want 4", snap.Version)
+	}
+	if got, ok := s.Peer("ns/b"); !ok || got != p("b", "10.0.0.2", 1) {
+		t.Fatalf("Peer(ns/b) = %v, %v", got, ok)
+	}
+	// The caller owns what Peers returns.
+	got := s.Peers()
+	got[0].Name = "mutated"
+	if s.Peers()[0].Name != "a" {
+		t.Fatal("mutating the result of Peers changed the store")
+	}
+}
+
+func TestWaitForChangeCoalesces(t *testing.T) {
+	s := peers.NewMemoryPeerStore()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	// A consumer that is not waiting misses nothing: it gets the newest set at once.
+	s.UpsertPeer(p("a", "10.0.0.1", 1))
+	s.UpsertPeer(p("b", "10.0.0.2", 1))
+	s.DeletePeer("ns/a")
+	snap, err := s.WaitForChange(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.Version != 3 || len(snap.Peers) != 1 || snap.Peers[0].Name != "b" {
+		t.Fatalf("got %+v, want version 3 with only b", snap)
+	}
+
+	// A waiting consumer wakes on the next change.
+	done := make(chan peers.Snapshot)
+	go func() {
+		s, err := s.WaitForChange(ctx, 3)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- s
+	}()
+	select {
+	case <-done:
+		t.Fatal("WaitForChange returned before any change")
+	case <-time.After(50 * time.Millisecond):
+	}
+	s.ApplyPeerChange(peers.Change{Upserts: []peers.PeerMetadata{p("c", "10.0.0.3", 1), p("d", "10.0.0.4", 1)}})
+	if got := <-done; got.Version != 4 || len(got.Peers) != 3 {
+		t.Fatalf("woke with %+v, want version 4 with 3 peers (a batch is one version)", got)
+	}
+
+	// Context end.
+	short, cancelShort := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancelShort()
+	if _, err := s.WaitForChange(short, 4); err == nil {
+		t.Fatal("WaitForChange without a change returned no error when its context ended")
+	}
+}
+
+func TestMemoryPeerStoreConcurrent(t *testing.T) {
+	s := peers.NewMemoryPeerStore()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const writers, each = 4, 200
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				s.UpsertPeer(peers.PeerMetadata{Namespace: "ns", Name: string(rune('a'+w)) + string(rune('0'+i%10)), Address: "10.0.0.1", Port: int32(i + 1)})
+			}
+		})
+	}
+	readerDone := make(chan struct{})
+	go func() {
+		defer close(readerDone)
+		var v uint64
+		for v < writers*each {
+			snap, err := s.WaitForChange(ctx, v)
+			if err != nil {
+				t.Errorf("reader: %v", err)
+				return
+			}
+			if snap.Version <= v {
+				t.Errorf("version went from %d to %d", v, snap.Version)
+				return
+			}
+			v = snap.Version
+		}
+	}()
+	wg.Wait()
+	<-readerDone
+	if n := len(s.Peers()); n != writers*10 {
+		t.Fatalf("%d peers, want %d", n, writers*10)
+	}
+}
+
+func TestHostPort(t *testing.T) {
+	if got := p("a", "fd00::1", 9005).HostPort(); got != "[fd00::1]:9005" {
+		t.Fatalf("IPv6 HostPort = %q", got)
+	}
+	if got := p("a", "10.0.0.1", 9005).HostPort(); got != "10.0.0.1:9005" {
+		t.Fatalf("IPv4 HostPort = %q", got)
+	}
+}

@@ -1,0 +1,126 @@
+package peers
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Snapshot is the peer set at one point in time.
+type Snapshot struct {
+	// Version increases by one with every change; the empty initial set is version 0.
+	Version uint64
+	// Peers ordered by ID; never nil.
+	Peers []PeerMetadata
+	// UpdatedAt is when the last change was applied (zero before the first).
+	UpdatedAt time.Time
+}
+
+// MemoryPeerStore is an in-memory PeerStore. It is safe for concurrent use, returns
+// peers ordered by ID, and lets consumers wait for changes with WaitForChange, which
+// coalesces: a consumer that is slower than the changes sees the newest set, never a
+// queue of stale ones.
+type MemoryPeerStore struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	peers   map[string]PeerMetadata
+	version uint64
+	updated time.Time
+	changed chan struct{} // closed and replaced on every change
+}
+
+var (
+	_ PeerStore     = (*MemoryPeerStore)(nil)
+	_ BatchNotifier = (*MemoryPeerStore)(nil)
+)
+
+// NewMemoryPeerStore returns an empty store.
+func NewMemoryPeerStore() *MemoryPeerStore {
+	return &MemoryPeerStore{now: time.Now, peers: map[string]PeerMetadata{}, changed: make(chan struct{})}
+}
+
+// UpsertPeer implements PeerNotifier.
+func (s *MemoryPeerStore) UpsertPeer(p PeerMetadata) {
+	s.ApplyPeerChange(Change{Upserts: []PeerMetadata{p}})
+}
+
+// DeletePeer implements PeerNotifier.
+func (s *MemoryPeerStore) DeletePeer(id string) {
+	s.ApplyPeerChange(Change{Deletes: []string{id}})
+}
+
+// ApplyPeerChange implements BatchNotifier: readers see all of c or none of it.
+// A change that changes nothing does not create a new version.
+func (s *MemoryPeerStore) ApplyPeerChange(c Change) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	modified := false
+	for _, id := range c.Deletes {
+		if _, ok := s.peers[id]; ok {
+			delete(s.peers, id)
+			modified = true
+		}
+	}
+	for _, p := range c.Upserts {
+		if prev, ok := s.peers[p.ID()]; !ok || prev != p {
+			s.peers[p.ID()] = p
+			modified = true
+		}
+	}
+	if !modified {
+		return
+	}
+	s.version++
+	s.updated = s.now()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Peers implements PeerStore.
+func (s *MemoryPeerStore) Peers() []PeerMetadata { return s.Snapshot().Peers }
+
+// Peer implements PeerStore.
+func (s *MemoryPeerStore) Peer(id string) (PeerMetadata, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.peers[id]
+	return p, ok
+}
+
+// Snapshot returns the current set and its version.
+func (s *MemoryPeerStore) Snapshot() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snapshotLocked()
+}
+
+func (s *MemoryPeerStore) snapshotLocked() Snapshot {
+	ps := make([]PeerMetadata, 0, len(s.peers))
+	for _, p := range s.peers {
+		ps = append(ps, p)
+	}
+	SortByID(ps)
+	return Snapshot{Version: s.version, Peers: ps, UpdatedAt: s.updated}
+}
+
+// WaitForChange blocks until the store's version is greater than after, then returns
+// the newest snapshot. Pass the Version of the last snapshot you handled (0 at first).
+// It returns ctx.Err() when ctx ends first.
+func (s *MemoryPeerStore) WaitForChange(ctx context.Context, after uint64) (Snapshot, error) {
+	for {
+		s.mu.Lock()
+		if s.version > after {
+			snap := s.snapshotLocked()
+			s.mu.Unlock()
+			return snap, nil
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return Snapshot{}, ctx.Err()
+		}
+	}
+}
