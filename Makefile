@@ -40,7 +40,7 @@ test: lint k8s test-unit test-fuzz test-integration ## Run every test tier (the 
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
-	go test $(GO_TEST_FLAGS) -count=1 ./controller/peers/... ./controller/peerset/... ./controller/app/...
+	go test $(GO_TEST_FLAGS) -count=1 $$(go list ./controller/... | grep -v /controller/integration)
 
 .PHONY: test-fuzz
 test-fuzz: ## Fuzz the peer-set computation for FUZZTIME (default 20s).
@@ -48,7 +48,7 @@ test-fuzz: ## Fuzz the peer-set computation for FUZZTIME (default 20s).
 
 .PHONY: test-integration
 test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest), and the bin/epp black-box test.
-	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/... ./test/...
+	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/integration/...
 
 ##@ Quality
 .PHONY: lint

@@ -127,6 +127,8 @@ func (a *App) Run(ctx context.Context) error {
 			return srv.Shutdown(shutdown)
 		})
 	}
+	metrics.Synced.Set(0)
+	metrics.Peers.Set(0)
 	serve("metrics", a.metrics, a.metricsHandler())
 	serve("probe", a.probes, a.probeHandler())
 	if a.mgr != nil {
@@ -134,8 +136,5 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	a.log.Info("epp started", "peerDiscovery", a.opts.EnablePeerDiscovery, "source", a.opts.Source(),
 		"metrics", a.MetricsAddr(), "probes", a.ProbeAddr())
-	if a.source == nil {
-		metrics.Synced.Set(0)
-	}
 	return g.Wait()
 }

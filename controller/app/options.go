@@ -59,7 +59,7 @@ var ErrHelp = flag.ErrHelp
 func Parse(args []string, getenv func(string) string, stderr io.Writer) (Options, error) {
 	var o Options
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
 	defaultNS := getenv("NAMESPACE")
 	if defaultNS == "" {
 		defaultNS = getenv("POD_NAMESPACE")
@@ -75,9 +75,9 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Options
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address serving /metrics and /debug/peers (plain HTTP).")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address serving /healthz and /readyz.")
 	o.Zap.BindFlags(fs)
-	fs.Usage = func() {} // errors are reported in one line by the caller; -h prints below
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
 			fmt.Fprintf(stderr, "Usage: epp [flags]\n\nEPP peer discovery: finds the other replicas of this EPP and serves them at /debug/peers.\n\n")
 			fs.PrintDefaults()
 			return o, ErrHelp

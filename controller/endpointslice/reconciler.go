@@ -14,11 +14,10 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
@@ -41,7 +40,7 @@ type Reconciler struct {
 	log     logr.Logger
 	now     func() time.Time
 
-	mu       sync.Mutex // serializes recomputes
+	mu       sync.Mutex // serializes recomputes (the controller runs one worker; tests call directly)
 	synced   atomic.Bool
 	syncedAt atomic.Pointer[time.Time]
 	lastErr  atomic.Pointer[error]
@@ -49,7 +48,6 @@ type Reconciler struct {
 
 var (
 	_ reconcile.Reconciler = (*Reconciler)(nil)
-	_ manager.Runnable     = (*syncWaiter)(nil)
 )
 
 // NewReconciler returns a Reconciler that reads slices from reader and publishes to n.
@@ -58,9 +56,24 @@ func NewReconciler(cfg peerset.Config, reader client.Reader, n peers.PeerNotifie
 }
 
 // Reconcile implements reconcile.Reconciler. The request is ignored: the whole set is
-// recomputed from the cache, so events arriving out of order never drop a peer.
+// recomputed from the cache, so events arriving out of order never drop a peer. The
+// first successful Reconcile marks the reconciler synced: the controller starts its
+// workers only after the informer's initial list completed and every event of it
+// reached the controller, and a start-up source guarantees that first Reconcile even
+// when the Service has no slice yet.
 func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
-	return reconcile.Result{}, r.recompute(ctx)
+	if err := r.recompute(ctx); err != nil {
+		return reconcile.Result{}, err
+	}
+	if !r.synced.Load() {
+		now := r.now()
+		r.syncedAt.Store(&now)
+		r.synced.Store(true)
+		r.lastErr.Store(nil)
+		metrics.Synced.Set(1)
+		r.log.Info("peer discovery synced", "namespace", r.cfg.Namespace, "service", r.cfg.Service, "peers", r.tracker.Len())
+	}
+	return reconcile.Result{}, nil
 }
 
 func (r *Reconciler) recompute(ctx context.Context) error {
@@ -74,6 +87,7 @@ func (r *Reconciler) recompute(ctx context.Context) error {
 		return fmt.Errorf("listing cached endpointslices of service %s/%s: %w", r.cfg.Namespace, r.cfg.Service, err)
 	}
 	set := peerset.Compute(r.cfg, list.Items)
+	r.log.V(1).Info("recomputed peer set", "slices", len(list.Items), "peers", len(set))
 	change := r.tracker.Publish(set)
 	now := r.now()
 	metrics.Recompute.Observe(now.Sub(start).Seconds())
@@ -121,8 +135,8 @@ func (r *Reconciler) WatchErrorHandler(_ context.Context, _ *toolscache.Reflecto
 	r.log.Error(err, "peer discovery cannot read EndpointSlices", "namespace", r.cfg.Namespace, "service", r.cfg.Service)
 }
 
-// SetupWithManager registers the controller and the runnable that marks the
-// reconciler synced once the informer's initial list completed.
+// SetupWithManager registers the controller: EndpointSlice events of the Service and
+// one start-up event all map to the same request.
 func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	key := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: r.cfg.Namespace, Name: r.cfg.Service}}
 	toKey := handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *discoveryv1.EndpointSlice) []reconcile.Request {
@@ -131,9 +145,14 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	ofService := predicate.NewTypedPredicateFuncs(func(s *discoveryv1.EndpointSlice) bool {
 		return s.Namespace == r.cfg.Namespace && s.Labels[discoveryv1.LabelServiceName] == r.cfg.Service
 	})
+	atStart := source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		q.Add(key)
+		return nil
+	})
 	err := builder.ControllerManagedBy(mgr).
 		Named("epp-peer-discovery").
 		WatchesRawSource(source.Kind(mgr.GetCache(), &discoveryv1.EndpointSlice{}, toKey, ofService)).
+		WatchesRawSource(atStart).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: 1,
 			NeedLeaderElection:      ptr.To(false),
@@ -146,43 +165,6 @@ func (r *Reconciler) SetupWithManager(mgr manager.Manager) error {
 	if err != nil {
 		return fmt.Errorf("setting up the endpointslice controller: %w", err)
 	}
-	return mgr.Add(&syncWaiter{r: r, cache: mgr.GetCache()})
-}
-
-// syncWaiter waits for the informer's initial list, publishes the set computed from
-// it (also when no slice exists yet) and marks the reconciler synced.
-type syncWaiter struct {
-	r     *Reconciler
-	cache cache.Cache
-}
-
-func (w *syncWaiter) NeedLeaderElection() bool { return false }
-
-func (w *syncWaiter) Start(ctx context.Context) error {
-	inf, err := w.cache.GetInformer(ctx, &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))
-	if err != nil {
-		return fmt.Errorf("getting the endpointslice informer: %w", err)
-	}
-	if err := wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
-		return inf.HasSynced(), nil
-	}); err != nil {
-		return nil // shutting down before the first sync
-	}
-	if err := wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-		if err := w.r.recompute(ctx); err != nil {
-			w.r.log.Error(err, "initial peer computation failed, retrying")
-			return false, nil
-		}
-		return true, nil
-	}); err != nil {
-		return nil
-	}
-	now := w.r.now()
-	w.r.syncedAt.Store(&now)
-	w.r.synced.Store(true)
-	w.r.lastErr.Store(nil)
-	metrics.Synced.Set(1)
-	w.r.log.Info("peer discovery synced", "namespace", w.r.cfg.Namespace, "service", w.r.cfg.Service)
 	return nil
 }
 

@@ -157,3 +157,40 @@ func TestSliceWithoutNamedPortUsesDefault(t *testing.T) {
 		return ""
 	})
 }
+
+// TestChangeRightAfterReadyIsNotLost guards the moment between "ready" and the
+// controller's event handler: a slice deleted right after the replica reports ready
+// must still remove its peers. (An earlier version declared readiness from the
+// informer alone and lost such an event.)
+func TestChangeRightAfterReadyIsNotLost(t *testing.T) {
+	ctx := context.Background()
+	for i := range 3 {
+		ns, err := env.CreateNamespace(ctx, fmt.Sprintf("ready-%d", i), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := slicegen.Slice("epp-a", slicegen.Namespace(ns), slicegen.Pod("epp-1", "10.0.0.2"))
+		if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		a := startApp(t, env.Config, []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, selfEnv(ns))
+		// Act the very moment the replica is ready: spin instead of sleeping.
+		for deadline := time.Now().Add(10 * time.Second); a.Ready() != nil; {
+			if time.Now().After(deadline) {
+				t.Fatalf("not ready after 10s: %v", a.Ready())
+			}
+		}
+		if n := len(a.Store.Peers()); n != 1 {
+			t.Fatalf("ready with %d peers, want the 1 peer of the existing slice", n)
+		}
+		if err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "epp-a", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 10*time.Second, func() string {
+			if n := len(a.Store.Peers()); n != 0 {
+				return fmt.Sprintf("run %d: %d peers after the slice was deleted right after ready", i, n)
+			}
+			return ""
+		})
+	}
+}

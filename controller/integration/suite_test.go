@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +36,9 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	env.Stop()
+	if eppBin != "" {
+		_ = os.RemoveAll(filepath.Dir(eppBin))
+	}
 	os.Exit(code)
 }
 
@@ -153,4 +157,22 @@ func peerIDs(ps []peers.PeerMetadata) []string {
 		out = append(out, fmt.Sprintf("%s@%s", p.ID(), p.HostPort()))
 	}
 	return out
+}
+
+// syncBuffer is a bytes.Buffer safe for a process's concurrent stdout and stderr.
+type syncBuffer struct {
+	mu sync.Mutex
+	bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.Buffer.String()
 }

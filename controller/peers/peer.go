@@ -30,10 +30,17 @@ func (p PeerMetadata) HostPort() string {
 	return p.Address + ":" + strconv.Itoa(int(p.Port))
 }
 
-// SortByID orders peers by ID in place.
-func SortByID(ps []PeerMetadata) {
-	slices.SortFunc(ps, func(a, b PeerMetadata) int { return cmp.Compare(a.ID(), b.ID()) })
+// CompareID orders peers by ID in byte order without building the IDs when the
+// namespaces are equal (the common case).
+func CompareID(a, b PeerMetadata) int {
+	if a.Namespace == b.Namespace {
+		return cmp.Compare(a.Name, b.Name)
+	}
+	return cmp.Compare(a.ID(), b.ID())
 }
+
+// SortByID orders peers by ID in place.
+func SortByID(ps []PeerMetadata) { slices.SortFunc(ps, CompareID) }
 
 // PeerNotifier receives changes of the peer set.
 type PeerNotifier interface {
@@ -73,23 +80,21 @@ func (c Change) Empty() bool { return len(c.Upserts) == 0 && len(c.Deletes) == 0
 // Diff returns what turns the set old into the set cur. Both are keyed by ID; their
 // order does not matter.
 func Diff(old, cur []PeerMetadata) Change {
-	before := make(map[string]PeerMetadata, len(old))
+	type key struct{ namespace, name string }
+	before := make(map[key]PeerMetadata, len(old))
 	for _, p := range old {
-		before[p.ID()] = p
+		before[key{p.Namespace, p.Name}] = p
 	}
 	var c Change
-	seen := make(map[string]struct{}, len(cur))
 	for _, p := range cur {
-		id := p.ID()
-		seen[id] = struct{}{}
-		if prev, ok := before[id]; !ok || prev != p {
+		k := key{p.Namespace, p.Name}
+		if prev, ok := before[k]; !ok || prev != p {
 			c.Upserts = append(c.Upserts, p)
 		}
+		delete(before, k)
 	}
-	for id := range before {
-		if _, ok := seen[id]; !ok {
-			c.Deletes = append(c.Deletes, id)
-		}
+	for _, p := range before {
+		c.Deletes = append(c.Deletes, p.ID())
 	}
 	SortByID(c.Upserts)
 	slices.Sort(c.Deletes)

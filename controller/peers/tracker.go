@@ -35,3 +35,10 @@ func (t *Tracker) Publish(cur []PeerMetadata) Change {
 	t.last = append(t.last[:0:0], cur...)
 	return c
 }
+
+// Len is the size of the published set.
+func (t *Tracker) Len() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.last)
+}

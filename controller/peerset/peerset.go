@@ -45,7 +45,8 @@ type identity struct {
 
 type entry struct {
 	excluded bool
-	best     *candidate // best eligible listing, nil when none
+	eligible bool      // best is set
+	best     candidate // best eligible listing
 }
 
 // Compute returns the peers that the slices describe, ordered by ID. It implements
@@ -56,7 +57,7 @@ func Compute(cfg Config, slices []discoveryv1.EndpointSlice) []peers.PeerMetadat
 	if len(cfg.Self.Addresses) > 0 {
 		family = familyOf(cfg.Self.Addresses[0])
 	}
-	byID := map[identity]*entry{}
+	byID := map[identity]entry{}
 	for i := range slices {
 		s := &slices[i]
 		if s.Namespace != cfg.Namespace || s.Labels[discoveryv1.LabelServiceName] != cfg.Service {
@@ -73,32 +74,27 @@ func Compute(cfg Config, slices []discoveryv1.EndpointSlice) []peers.PeerMetadat
 			}
 			id := identityOf(s, ep)
 			e := byID[id]
-			if e == nil {
-				e = &entry{}
-				byID[id] = e
-			}
 			if id.namespace == cfg.Namespace && cfg.Self.Name != "" && id.name == cfg.Self.Name {
 				e.excluded = true
 			}
 			if isSelfAddress(ep.Addresses, cfg.Self.Addresses) {
 				e.excluded = true
 			}
-			if !eligible(ep) {
-				continue
+			if eligible(ep) {
+				// The API server validates addresses; skip what it would reject.
+				if addr, err := netip.ParseAddr(ep.Addresses[0]); err == nil && addr.Zone() == "" {
+					c := candidate{addr: addr, port: port, slice: s.Name}
+					if !e.eligible || better(c, e.best, family) {
+						e.best, e.eligible = c, true
+					}
+				}
 			}
-			addr, err := netip.ParseAddr(ep.Addresses[0])
-			if err != nil || addr.Zone() != "" {
-				continue // the API server validates addresses; skip what it would reject
-			}
-			c := candidate{addr: addr, port: port, slice: s.Name}
-			if e.best == nil || better(c, *e.best, family) {
-				e.best = &c
-			}
+			byID[id] = e
 		}
 	}
 	out := make([]peers.PeerMetadata, 0, len(byID))
 	for id, e := range byID {
-		if e.excluded || e.best == nil {
+		if e.excluded || !e.eligible {
 			continue
 		}
 		out = append(out, peers.PeerMetadata{

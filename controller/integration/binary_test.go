@@ -1,0 +1,227 @@
+package integration_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/testenv"
+)
+
+var (
+	buildOnce sync.Once
+	eppBin    string
+	buildErr  error
+)
+
+// buildEpp builds the epp binary the way `make build` does, once per test run.
+func buildEpp(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := testenv.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "epp-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		eppBin = filepath.Join(dir, "epp")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", eppBin, "./controller/cmd/epp")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./controller/cmd/epp: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return eppBin
+}
+
+// freeAddr returns a 127.0.0.1 address with a port that was free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// minimalEnv is the environment of a process that has no kubeconfig anywhere.
+func minimalEnv(t *testing.T, kv ...string) []string {
+	return append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir()}, kv...)
+}
+
+func TestBinaryRejectsInvalidFlags(t *testing.T) {
+	bin := buildEpp(t)
+	pod := []string{"POD_NAME=epp-0", "POD_IP=10.0.0.1", "NAMESPACE=ns"}
+	tests := []struct {
+		name string
+		args []string
+		env  []string
+		want []string // substrings of the single stderr line
+	}{
+		{"enabled without a source", []string{"--enable-peer-discovery"}, pod, []string{"--epp-peer-service", "--epp-peer-file"}},
+		{"both sources", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-file=/x"}, pod, []string{"--epp-peer-service", "--epp-peer-file"}},
+		{"port out of range", []string{"--epp-peer-port=65536"}, pod, []string{"--epp-peer-port=65536"}},
+		{"port zero", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-port=0"}, pod, []string{"--epp-peer-port=0"}},
+		{"empty port name", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-port-name="}, pod, []string{"--epp-peer-port-name"}},
+		{"no self", []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, []string{"NAMESPACE=ns"}, []string{"POD_IP", "POD_IPS", "POD_NAME", "downward API"}},
+		{"unknown flag", []string{"--enable-peer-discovry"}, pod, []string{"enable-peer-discovry"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, bin, tc.args...)
+			cmd.Env = minimalEnv(t, tc.env...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			var exit *exec.ExitError
+			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+				t.Fatalf("exit: %v, want code 2; stderr: %s", err, stderr.String())
+			}
+			lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+			if len(lines) != 1 || !strings.HasPrefix(lines[0], "epp: ") {
+				t.Fatalf("stderr is not one 'epp: ' line: %q", stderr.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(lines[0], w) {
+					t.Errorf("stderr %q does not name %q", lines[0], w)
+				}
+			}
+		})
+	}
+}
+
+// startBinary runs bin with args until the test ends, then stops it with SIGTERM and
+// checks that it exited cleanly.
+func startBinary(t *testing.T, bin string, args, env []string) *bytes.Buffer {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("epp exited with %v after SIGTERM; output:\n%s", err, out.String())
+			}
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("epp did not stop within 20s of SIGTERM; output:\n%s", out.String())
+		}
+		if t.Failed() {
+			t.Logf("epp output:\n%s", out.String())
+		}
+	})
+	return &out.Buffer
+}
+
+func TestBinaryServesPeers(t *testing.T) {
+	bin := buildEpp(t)
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "binary", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := slicegen.Slice("epp-a", slicegen.Namespace(ns),
+		slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2"), slicegen.Pod("epp-2", "10.0.0.3"))
+	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	startBinary(t, bin, []string{
+		"--enable-peer-discovery", "--epp-peer-service=epp", "--kubeconfig=" + env.Kubeconfig,
+		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr,
+	}, minimalEnv(t, "POD_NAME=epp-0", "POD_IP=10.0.0.1", "NAMESPACE="+ns))
+
+	eventually(t, 20*time.Second, func() string {
+		if code, body := get(t, probeAddr, "/readyz"); code != 200 {
+			return fmt.Sprintf("readyz: %d %s", code, body)
+		}
+		return ""
+	})
+	_, raw := get(t, metricsAddr, "/debug/peers")
+	doc, err := debugPeers(t, metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range doc.Peers {
+		got = append(got, fmt.Sprintf("%s %s/%s %s %d", p.ID, p.Namespace, p.Name, p.Address, p.Port))
+	}
+	want := []string{ns + "/epp-1 " + ns + "/epp-1 10.0.0.2 9005", ns + "/epp-2 " + ns + "/epp-2 10.0.0.3 9005"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("/debug/peers peers %q, want %q\n%s", got, want, raw)
+	}
+	if !doc.Enabled || doc.Source != "endpointslice" || doc.Synced == nil || !*doc.Synced || doc.Self == nil || doc.Self.Name != "epp-0" {
+		t.Fatalf("/debug/peers: %s", raw)
+	}
+	for _, field := range []string{`"enabled": true`, `"source": "endpointslice"`, `"synced": true`, `"updatedAt": "`, `"id": "` + ns + `/epp-1"`} {
+		if !strings.Contains(raw, field) {
+			t.Errorf("/debug/peers lacks %s:\n%s", field, raw)
+		}
+	}
+
+	// Scale down: the binary follows.
+	if err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "epp-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		doc, err := debugPeers(t, metricsAddr)
+		if err != nil {
+			return err.Error()
+		}
+		if len(doc.Peers) != 0 {
+			return fmt.Sprintf("peers %+v after the slice was deleted", doc.Peers)
+		}
+		return ""
+	})
+}
+
+// TestBinaryDisabledNeedsNoKubernetes runs epp with peer discovery off and no
+// kubeconfig anywhere: it serves the disabled document and is ready.
+func TestBinaryDisabledNeedsNoKubernetes(t *testing.T) {
+	bin := buildEpp(t)
+	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	startBinary(t, bin, []string{"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr},
+		minimalEnv(t))
+	eventually(t, 10*time.Second, func() string {
+		if code, body := get(t, probeAddr, "/readyz"); code != 200 {
+			return fmt.Sprintf("readyz: %d %s", code, body)
+		}
+		return ""
+	})
+	_, raw := get(t, metricsAddr, "/debug/peers")
+	if compact := strings.Join(strings.Fields(raw), ""); compact != `{"enabled":false,"peers":[]}` {
+		t.Fatalf("/debug/peers with peer discovery off = %s", raw)
+	}
+}

@@ -1,0 +1,123 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+)
+
+// TestCacheHoldsOnlyTheServiceSlices proves the cache scoping: 1,000 slices of other
+// Services in the same namespace, and slices of a Service with the same name in
+// another namespace, never enter the process.
+func TestCacheHoldsOnlyTheServiceSlices(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "scope", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := env.CreateNamespace(ctx, "scope-other", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func(s discoveryv1.EndpointSlice) error {
+		_, err := env.Clientset.DiscoveryV1().EndpointSlices(s.Namespace).Create(ctx, &s, metav1.CreateOptions{})
+		return err
+	}
+	// 1,000 slices of other Services, created by 8 workers.
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 1000)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < 1000; i += 8 {
+				errs <- create(slicegen.Slice(fmt.Sprintf("other-%04d", i), slicegen.Namespace(ns),
+					slicegen.Service(fmt.Sprintf("svc-%d", i%50)), slicegen.Pod(fmt.Sprintf("p-%d", i), fmt.Sprintf("10.1.%d.%d", i/250, i%250+1))))
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("created 1,000 unrelated slices in %s", time.Since(start).Round(time.Millisecond))
+	for _, s := range []discoveryv1.EndpointSlice{
+		slicegen.Slice("epp-elsewhere", slicegen.Namespace(other), slicegen.Pod("epp-9", "10.2.0.9")),
+		slicegen.Slice("epp-a", slicegen.Namespace(ns), slicegen.Pod("epp-1", "10.0.0.2")),
+		slicegen.Slice("epp-b", slicegen.Namespace(ns), slicegen.Pod("epp-2", "10.0.0.3")),
+		slicegen.Slice("unlabelled", slicegen.Namespace(ns), slicegen.NoServiceLabel(), slicegen.Pod("epp-3", "10.0.0.4")),
+	} {
+		if err := create(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	a := startApp(t, env.Config, []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, selfEnv(ns))
+	eventually(t, 20*time.Second, func() string {
+		if err := a.Ready(); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	if got := peerIDs(a.Store.Peers()); strings.Join(got, ",") != ns+"/epp-1@10.0.0.2:9005,"+ns+"/epp-2@10.0.0.3:9005" {
+		t.Fatalf("peers %v", got)
+	}
+
+	// Everything the cache holds, across all namespaces, is the Service's two slices.
+	var cached discoveryv1.EndpointSliceList
+	if err := a.Cache().List(ctx, &cached); err != nil {
+		t.Fatalf("listing the whole cache: %v", err)
+	}
+	var names []string
+	for _, s := range cached.Items {
+		names = append(names, s.Namespace+"/"+s.Name)
+	}
+	sort.Strings(names)
+	if want := []string{ns + "/epp-a", ns + "/epp-b"}; strings.Join(names, ",") != strings.Join(want, ",") {
+		t.Fatalf("cache holds %d slices %v, want only %v", len(names), names, want)
+	}
+	if got := testutil.ToFloat64(metrics.EndpointSlices); got != 2 {
+		t.Fatalf("epp_peer_discovery_endpointslices = %v, want 2", got)
+	}
+	// The other namespace is not cached at all, and other types are not cached.
+	if err := a.Cache().List(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace(other)); err == nil {
+		t.Fatalf("listing namespace %s from the cache worked; the cache must hold only %s", other, ns)
+	}
+	if err := a.Cache().List(ctx, &discoveryv1.EndpointSliceList{}, client.InNamespace(ns), client.MatchingLabels{discoveryv1.LabelServiceName: "svc-1"}); err != nil {
+		t.Fatalf("a label query inside the scope failed: %v", err)
+	}
+
+	// A slice of another Service created now does not arrive either.
+	if err := create(slicegen.Slice("late-other", slicegen.Namespace(ns), slicegen.Service("svc-late"), slicegen.Pod("late", "10.3.0.1"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := create(slicegen.Slice("epp-c", slicegen.Namespace(ns), slicegen.Pod("epp-4", "10.0.0.5"))); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if n := len(a.Store.Peers()); n != 3 {
+			return fmt.Sprintf("%d peers, want 3 after epp-c", n)
+		}
+		return ""
+	})
+	if err := a.Cache().List(ctx, &cached); err != nil {
+		t.Fatal(err)
+	}
+	if len(cached.Items) != 3 {
+		t.Fatalf("cache holds %d slices after a late unrelated slice, want 3", len(cached.Items))
+	}
+}
