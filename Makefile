@@ -9,7 +9,7 @@ K8S_BIN     := $(BIN)/k8s
 # The Kubernetes version of the control-plane binaries, from the wrapper module.
 K8S_VERSION := $(shell awk '$$1=="k8s.io/kubernetes" {print $$2; exit}' hack/k8s/go.mod)
 K8S_STAMP   := $(K8S_BIN)/.built-$(K8S_VERSION)
-FUZZTIME    ?= 20s
+FUZZTIME    ?= 15s
 GO_TEST_FLAGS ?=
 
 # envtest finds etcd and kube-apiserver here unless the caller points elsewhere.
@@ -21,6 +21,11 @@ help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} \
 	  /^[a-zA-Z0-9_.-]+:.*?##/ { printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2 } \
 	  /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+
+##@ Try it
+.PHONY: demo
+demo: build k8s ## Show peer discovery working: 3 epp replicas on a real API server, scaled 3 -> 5 -> 2 and a pod replaced.
+	go run ./controller/internal/demo -epp $(BIN)/epp
 
 ##@ Build
 .PHONY: build
@@ -43,8 +48,9 @@ test-unit: ## Unit tests (no API server).
 	go test $(GO_TEST_FLAGS) -count=1 $$(go list ./controller/... | grep -v /controller/integration)
 
 .PHONY: test-fuzz
-test-fuzz: ## Fuzz the peer-set computation for FUZZTIME (default 20s).
+test-fuzz: ## Fuzz the peer-set computation and the peers-file parser, FUZZTIME each (default 15s).
 	go test -run='^$$' -fuzz=FuzzCompute -fuzztime=$(FUZZTIME) ./controller/peerset
+	go test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./controller/peerfile
 
 .PHONY: test-integration
 test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest), and the bin/epp black-box test.

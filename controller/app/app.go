@@ -18,6 +18,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
@@ -39,6 +40,7 @@ type App struct {
 
 	source  status
 	mgr     manager.Manager
+	file    *peerfile.Source
 	metrics net.Listener
 	probes  net.Listener
 }
@@ -68,7 +70,13 @@ func New(opts Options, restConfig *rest.Config, log logr.Logger) (a *App, err er
 		}
 		a.mgr, a.source = mgr, rec
 	case peers.SourceFile:
-		return nil, fmt.Errorf("--epp-peer-file: the peers file source is not available in this build yet")
+		ns := opts.PoolNamespace
+		if ns == "" {
+			ns = "default"
+		}
+		a.file = peerfile.NewSource(opts.PeerFile, peerfile.Defaults{Namespace: ns, Port: int32(opts.PeerPort)},
+			opts.Self, a.Store, log.WithName("peerfile"))
+		a.source = a.file
 	}
 	if a.metrics, err = net.Listen("tcp", opts.MetricsAddr); err != nil {
 		return nil, fmt.Errorf("--metrics-bind-address=%s: %w", opts.MetricsAddr, err)
@@ -133,6 +141,12 @@ func (a *App) Run(ctx context.Context) error {
 	serve("probe", a.probes, a.probeHandler())
 	if a.mgr != nil {
 		g.Go(func() error { return a.mgr.Start(ctx) })
+	}
+	if a.file != nil {
+		g.Go(func() error { return a.file.Run(ctx) })
+	}
+	if a.opts.SnapshotFile != "" {
+		g.Go(func() error { return a.writeSnapshots(ctx) })
 	}
 	a.log.Info("epp started", "peerDiscovery", a.opts.EnablePeerDiscovery, "source", a.opts.Source(),
 		"metrics", a.MetricsAddr(), "probes", a.ProbeAddr())

@@ -225,3 +225,69 @@ func TestBinaryDisabledNeedsNoKubernetes(t *testing.T) {
 		t.Fatalf("/debug/peers with peer discovery off = %s", raw)
 	}
 }
+
+// TestBinaryFileSource runs epp without Kubernetes on a peers file: edits of the file
+// show up in /debug/peers, a bad edit keeps the last good set, and a second epp reads
+// the first one's snapshot as its peers file.
+func TestBinaryFileSource(t *testing.T) {
+	bin := buildEpp(t)
+	dir := t.TempDir()
+	peersPath, snapPath := filepath.Join(dir, "peers.yaml"), filepath.Join(dir, "snapshot.json")
+	writeFile := func(content string) {
+		t.Helper()
+		if err := os.WriteFile(peersPath, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	peersOf := func(addr string) string {
+		doc, err := debugPeers(t, addr)
+		if err != nil {
+			return err.Error()
+		}
+		var got []string
+		for _, p := range doc.Peers {
+			got = append(got, fmt.Sprintf("%s@%s:%d", p.ID, p.Address, p.Port))
+		}
+		return strings.Join(got, ",")
+	}
+	expect := func(addr, step, want string) {
+		t.Helper()
+		eventually(t, 10*time.Second, func() string {
+			if got := peersOf(addr); got != want {
+				return fmt.Sprintf("%s: /debug/peers %q, want %q", step, got, want)
+			}
+			return ""
+		})
+	}
+
+	writeFile("peers:\n- {name: epp-a, address: 192.0.2.1}\n- {name: epp-b, address: 192.0.2.2}\n")
+	first, firstProbe := freeAddr(t), freeAddr(t)
+	startBinary(t, bin, []string{"--enable-peer-discovery", "--epp-peer-file=" + peersPath, "--epp-peer-snapshot-file=" + snapPath,
+		"--metrics-bind-address=" + first, "--health-probe-bind-address=" + firstProbe},
+		minimalEnv(t, "POD_NAME=epp-a", "NAMESPACE=edge"))
+	expect(first, "start", "edge/epp-b@192.0.2.2:9005")
+	if code, body := get(t, firstProbe, "/readyz"); code != 200 {
+		t.Fatalf("readyz %d %s", code, body)
+	}
+
+	writeFile("peers:\n- {name: epp-a, address: 192.0.2.1}\n- {name: epp-b, address: 192.0.2.2}\n- {name: epp-c, address: '2001:db8::3', port: 7000}\n")
+	expect(first, "edit", "edge/epp-b@192.0.2.2:9005,edge/epp-c@2001:db8::3:7000")
+
+	writeFile("peers:\n- {name: epp-d, address: 192.0.2.400}\n")
+	time.Sleep(300 * time.Millisecond)
+	expect(first, "bad edit keeps the last good set", "edge/epp-b@192.0.2.2:9005,edge/epp-c@2001:db8::3:7000")
+	if _, m := get(t, first, "/metrics"); !strings.Contains(m, `epp_peer_discovery_errors_total{reason="parse"} 1`) {
+		t.Errorf("/metrics does not count the bad edit once")
+	}
+
+	// A second replica (epp-b) uses the first one's snapshot as its peers file.
+	second := freeAddr(t)
+	startBinary(t, bin, []string{"--enable-peer-discovery", "--epp-peer-file=" + snapPath,
+		"--metrics-bind-address=" + second, "--health-probe-bind-address=" + freeAddr(t)},
+		minimalEnv(t, "POD_NAME=epp-b", "NAMESPACE=edge"))
+	expect(second, "snapshot as a peers file", "edge/epp-c@2001:db8::3:7000")
+
+	writeFile("peers:\n- {name: epp-a, address: 192.0.2.1}\n- {name: epp-b, address: 192.0.2.2}\n- {name: epp-e, address: 192.0.2.5}\n")
+	expect(first, "edit after a bad one", "edge/epp-b@192.0.2.2:9005,edge/epp-e@192.0.2.5:9005")
+	expect(second, "snapshot follows", "edge/epp-e@192.0.2.5:9005")
+}

@@ -177,3 +177,20 @@ func familyOf(a netip.Addr) int {
 	}
 	return 6
 }
+
+// IsSelf reports whether p is this replica: p's namespace is namespace and its name
+// is s.Name, or p's address is one of s.Addresses. Sources other than EndpointSlices
+// (a peers file) use it to leave the replica out as Compute does.
+func (s Self) IsSelf(namespace string, p peers.PeerMetadata) bool {
+	if s.Name != "" && p.Namespace == namespace && p.Name == s.Name {
+		return true
+	}
+	if a, err := netip.ParseAddr(p.Address); err == nil {
+		for _, own := range s.Addresses {
+			if a.Unmap() == own.Unmap() {
+				return true
+			}
+		}
+	}
+	return false
+}

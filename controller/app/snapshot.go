@@ -1,0 +1,85 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+)
+
+// writeSnapshots writes the /debug/peers document to --epp-peer-snapshot-file once
+// the source has synced (at once with peer discovery off) and after every change of
+// the peer set. A failed write is logged, counted and retried every second until it
+// succeeds or a newer set supersedes it.
+func (a *App) writeSnapshots(ctx context.Context) error {
+	path := a.opts.SnapshotFile
+	for a.source != nil && !a.source.Synced() {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	version := a.Store.Snapshot().Version
+	for {
+		if err := WriteFileAtomic(path, a.documentJSON()); err != nil {
+			metrics.Errors.WithLabelValues(metrics.ReasonSnapshot).Inc()
+			a.log.Error(err, "writing the peer snapshot failed; retrying", "flag", "--epp-peer-snapshot-file", "path", path)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		if a.source == nil {
+			<-ctx.Done() // peer discovery off: the document never changes
+			return nil
+		}
+		snap, err := a.Store.WaitForChange(ctx, version)
+		if err != nil {
+			return nil // ctx ended
+		}
+		version = snap.Version
+	}
+}
+
+func (a *App) documentJSON() []byte {
+	b, err := json.MarshalIndent(a.Document(), "", "  ")
+	if err != nil {
+		panic(fmt.Sprintf("encoding the peers document: %v", err)) // plain structs: cannot fail
+	}
+	return append(b, '\n')
+}
+
+// WriteFileAtomic replaces path with data so that a reader sees the old or the new
+// content, never a mix: it writes a temporary file in the same folder, syncs it and
+// renames it over path.
+func WriteFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after a successful rename
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

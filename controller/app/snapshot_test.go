@@ -1,0 +1,232 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+)
+
+// startFileApp runs an app with the file source on peersPath until the test ends.
+func startFileApp(t *testing.T, peersPath string, extra ...string) *app.App {
+	t.Helper()
+	args := append([]string{"--enable-peer-discovery", "--epp-peer-file=" + peersPath,
+		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, extra...)
+	opts, err := app.Parse(args, env("POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns"), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(opts, nil, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return a
+}
+
+const peerCount = 1000
+
+func peersYAML(n, generation int) []byte {
+	var b strings.Builder
+	b.WriteString("peers:\n")
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&b, "- {name: epp-%d, address: 10.%d.%d.%d, port: %d}\n", i, generation%250, i/250, i%250, 9000+generation%1000)
+	}
+	return []byte(b.String())
+}
+
+// readLoop reads path until stop closes (at most 100,000 times) and reports the first
+// read that is not a complete JSON document.
+func readLoop(path string, stop <-chan struct{}) (reads int, bad error) {
+	for reads < 100000 {
+		select {
+		case <-stop:
+			return reads, nil
+		default:
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return reads, fmt.Errorf("read %d: %w", reads, err)
+		}
+		if !json.Valid(data) {
+			return reads, fmt.Errorf("read %d: %d bytes that are not a complete JSON document", reads, len(data))
+		}
+		reads++
+	}
+	return reads, nil
+}
+
+// TestWriteFileAtomicUnderLoad rewrites a ~100 KB document 200 times while a reader
+// reads it in a loop: the reader only ever sees complete documents.
+func TestWriteFileAtomicUnderLoad(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "snapshot.json")
+	doc := func(g int) []byte {
+		var entries []peers.PeerMetadata
+		for i := range peerCount {
+			entries = append(entries, peers.PeerMetadata{Namespace: "ns", Name: fmt.Sprintf("epp-%d", i), Address: fmt.Sprintf("10.%d.%d.%d", g%250, i/250, i%250), Port: 9005})
+		}
+		b, _ := json.MarshalIndent(peers.Document{Enabled: true, Peers: peers.Entries(entries)}, "", "  ")
+		return b
+	}
+	if err := app.WriteFileAtomic(path, doc(0)); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var reads int
+	var bad error
+	var wg sync.WaitGroup
+	wg.Go(func() { reads, bad = readLoop(path, stop) })
+	for g := 1; g <= 200; g++ {
+		if err := app.WriteFileAtomic(path, doc(g)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if bad != nil {
+		t.Fatalf("a reader saw a partial file: %v", bad)
+	}
+	t.Logf("%d reads during 200 rewrites, all complete", reads)
+	if matches, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".snapshot.json.tmp-*")); len(matches) > 0 {
+		t.Fatalf("temporary files left behind: %v", matches)
+	}
+}
+
+// TestSnapshotFollowsThePeerSet changes the peers file 30 times while a reader reads
+// the snapshot in a loop: every read is a complete document, and the last snapshot
+// is a valid peers file holding the last set.
+func TestSnapshotFollowsThePeerSet(t *testing.T) {
+	dir := t.TempDir()
+	peersPath, snapPath := filepath.Join(dir, "peers.yaml"), filepath.Join(dir, "snapshot.json")
+	if err := os.WriteFile(peersPath, peersYAML(peerCount, 0), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a := startFileApp(t, peersPath, "--epp-peer-snapshot-file="+snapPath)
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitFor("the first snapshot", func() bool { _, err := os.Stat(snapPath); return err == nil })
+
+	stop := make(chan struct{})
+	var reads int
+	var bad error
+	var wg sync.WaitGroup
+	wg.Go(func() { reads, bad = readLoop(snapPath, stop) })
+	const generations = 30
+	for g := 1; g <= generations; g++ {
+		if err := app.WriteFileAtomic(peersPath, peersYAML(peerCount, g)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(peerfile.Debounce + 20*time.Millisecond) // let each generation be loaded
+	}
+	want := fmt.Sprintf(`"port": %d`, 9000+generations)
+	waitFor("the last generation in the snapshot", func() bool {
+		b, _ := os.ReadFile(snapPath)
+		return bytes.Contains(b, []byte(want))
+	})
+	close(stop)
+	wg.Wait()
+	if bad != nil {
+		t.Fatalf("the reader saw a partial snapshot: %v", bad)
+	}
+	t.Logf("%d snapshot reads, all complete", reads)
+	data, _ := os.ReadFile(snapPath)
+	got, err := peerfile.Parse(data, peerfile.Defaults{Namespace: "ns", Port: 1})
+	if err != nil {
+		t.Fatalf("the snapshot is not a valid peers file: %v", err)
+	}
+	if len(got) != peerCount || len(a.Store.Peers()) != peerCount {
+		t.Fatalf("snapshot has %d peers, store %d, want %d", len(got), len(a.Store.Peers()), peerCount)
+	}
+}
+
+// TestSnapshotOfOneReplicaIsThePeersFileOfAnother chains two replicas: the first
+// reads a peers file and writes a snapshot, the second reads that snapshot.
+func TestSnapshotOfOneReplicaIsThePeersFileOfAnother(t *testing.T) {
+	dir := t.TempDir()
+	peersPath, snapPath := filepath.Join(dir, "peers.yaml"), filepath.Join(dir, "snapshot.json")
+	// The first replica is epp-0 at 10.0.0.1 (left out of its own snapshot).
+	if err := os.WriteFile(peersPath, []byte("peers:\n- {name: epp-0, address: 10.0.0.1}\n- {name: epp-1, address: 10.0.0.2}\n- {name: epp-2, address: 'fd00::3', port: 7000}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	startFileApp(t, peersPath, "--epp-peer-snapshot-file="+snapPath)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(snapPath); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot")
+		}
+	}
+	second := startFileApp(t, snapPath)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		doc := second.Document()
+		if doc.Synced != nil && *doc.Synced {
+			var got []string
+			for _, p := range doc.Peers {
+				got = append(got, p.ID+"="+peers.PeerMetadata{Address: p.Address, Port: p.Port}.HostPort())
+			}
+			// The second replica also runs as epp-0, so it sees the same two peers.
+			if strings.Join(got, ",") != "ns/epp-1=10.0.0.2:9005,ns/epp-2=[fd00::3]:7000" {
+				t.Fatalf("second replica's peers from the first one's snapshot: %v", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("second replica never synced: %v", second.Ready())
+		}
+	}
+}
+
+// TestSnapshotWithPeerDiscoveryOff writes the disabled document.
+func TestSnapshotWithPeerDiscoveryOff(t *testing.T) {
+	snap := filepath.Join(t.TempDir(), "snapshot.json")
+	opts, err := app.Parse([]string{"--epp-peer-snapshot-file=" + snap, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, env(), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(opts, nil, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = a.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(snap); err == nil {
+			if compact := strings.Join(strings.Fields(string(b)), ""); compact != `{"enabled":false,"peers":[]}` {
+				t.Fatalf("snapshot with peer discovery off: %s", b)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot with peer discovery off")
+		}
+	}
+}

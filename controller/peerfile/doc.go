@@ -1,0 +1,14 @@
+// Package peerfile is the peer source for environments without Kubernetes: a YAML
+// or JSON file listing the peers, reloaded whenever it changes.
+//
+// The format is {"peers": [{"name", "namespace", "address", "port"}]}; the
+// /debug/peers document (and so a snapshot file written by another epp) is accepted
+// as well. A file is taken whole or not at all: a file that fails to parse or
+// validate leaves the last good set in place, is logged with the file, entry and
+// field at fault, and is counted in epp_peer_discovery_errors_total.
+//
+// Watch notices writes, creates, atomic renames and the symlink swap of a Kubernetes
+// ConfigMap volume (the "..data" link) through fsnotify on the file's folder, and
+// re-reads the file on a short interval as well, so that no change is missed even
+// when events are lost or the folder itself is replaced.
+package peerfile

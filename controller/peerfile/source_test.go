@@ -1,0 +1,261 @@
+package peerfile_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
+)
+
+var self = peerset.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+
+// running is a Source running on a file until the test ends.
+type running struct {
+	*peerfile.Source
+	store *peers.MemoryPeerStore
+}
+
+// run starts a Source on path. With poll == 0 the periodic re-read is effectively
+// off, so that only file events can explain a reload.
+func run(t *testing.T, path string, poll time.Duration) running {
+	t.Helper()
+	store := peers.NewMemoryPeerStore()
+	src := peerfile.NewSource(path, defaults, self, store, testr.New(t))
+	src.PollInterval = time.Hour
+	if poll > 0 {
+		src.PollInterval = poll
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return running{Source: src, store: store}
+}
+
+func names(ps []peers.PeerMetadata) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, fmt.Sprintf("%s@%s", p.Name, p.HostPort()))
+	}
+	return strings.Join(out, ",")
+}
+
+// waitPeers waits up to 5s for the store to hold exactly want.
+func (r running) waitPeers(t *testing.T, step, want string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for names(r.store.Peers()) != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: peers %q, want %q (last error: %v)", step, names(r.store.Peers()), want, r.LastError())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func peersFile(entries ...string) []byte {
+	var b strings.Builder
+	b.WriteString("peers:\n")
+	for _, e := range entries {
+		name, addr, _ := strings.Cut(e, "=")
+		fmt.Fprintf(&b, "- {name: %s, address: %q}\n", name, addr)
+	}
+	return []byte(b.String())
+}
+
+func write(t *testing.T, path string, data []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// renameInto writes data to a temporary file in path's folder and renames it over path.
+func renameInto(t *testing.T, path string, data []byte) {
+	t.Helper()
+	tmp := path + ".new"
+	write(t, tmp, data)
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReloadOnWriteCreateAndRename(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "peers.yaml")
+	r := run(t, path, 0)
+
+	// Missing at start: not synced, with a clear reason.
+	time.Sleep(100 * time.Millisecond)
+	if r.Synced() || r.LastError() == nil || !strings.Contains(r.LastError().Error(), "does not exist yet") {
+		t.Fatalf("missing file: synced=%v err=%v", r.Synced(), r.LastError())
+	}
+
+	write(t, path, peersFile("epp-0=10.0.0.1", "epp-1=10.0.0.2")) // create
+	r.waitPeers(t, "create", "epp-1@10.0.0.2:9005")
+	if !r.Synced() {
+		t.Fatal("not synced after the file appeared")
+	}
+
+	write(t, path, peersFile("epp-1=10.0.0.2", "epp-2=fd00::3")) // write in place
+	r.waitPeers(t, "write", "epp-1@10.0.0.2:9005,epp-2@[fd00::3]:9005")
+
+	renameInto(t, path, peersFile("epp-3=10.0.0.4")) // atomic rename
+	r.waitPeers(t, "rename", "epp-3@10.0.0.4:9005")
+
+	// Self is left out by address as well as by name.
+	renameInto(t, path, peersFile("other-name=10.0.0.1", "epp-4=10.0.0.5"))
+	r.waitPeers(t, "self by address", "epp-4@10.0.0.5:9005")
+}
+
+// TestReloadOnConfigMapSymlinkSwap reproduces how the kubelet updates a ConfigMap
+// volume: the file is a symlink into "..data", itself a symlink to a timestamped
+// folder, and an update swaps "..data" with a rename.
+func TestReloadOnConfigMapSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	version := 0
+	publish := func(data []byte) {
+		version++
+		ts := fmt.Sprintf("..2026_11_30_00_00_%02d.%d", version, 1000+version)
+		if err := os.Mkdir(filepath.Join(dir, ts), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, ts, "peers.yaml"), data)
+		old, _ := os.Readlink(filepath.Join(dir, "..data"))
+		if err := os.Symlink(ts, filepath.Join(dir, "..data_tmp")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+			t.Fatal(err)
+		}
+		if old != "" {
+			if err := os.RemoveAll(filepath.Join(dir, old)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	publish(peersFile("epp-1=10.0.0.2"))
+	if err := os.Symlink(filepath.Join("..data", "peers.yaml"), filepath.Join(dir, "peers.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, filepath.Join(dir, "peers.yaml"), 0)
+	r.waitPeers(t, "initial", "epp-1@10.0.0.2:9005")
+	for i := 2; i <= 4; i++ {
+		publish(peersFile(fmt.Sprintf("epp-%d=10.0.0.%d", i, i+1)))
+		r.waitPeers(t, fmt.Sprintf("swap %d", i), fmt.Sprintf("epp-%d@10.0.0.%d:9005", i, i+1))
+	}
+}
+
+func TestBadInputKeepsTheLastGoodSet(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "peers.json")
+	write(t, path, peersFile("epp-1=10.0.0.2", "epp-2=10.0.0.3"))
+	r := run(t, path, 20*time.Millisecond) // fast polling must not count a bad file twice
+	const good = "epp-1@10.0.0.2:9005,epp-2@10.0.0.3:9005"
+	r.waitPeers(t, "good file", good)
+
+	bad := []struct {
+		name, content, reason string
+		want                  []string
+	}{
+		{"unparsable", `{"peers": [`, metrics.ReasonParse, []string{"peers.json"}},
+		{"invalid IPv4", `{"peers": [{"name": "epp-1", "address": "10.0.0.2"}, {"name": "epp-9", "address": "10.0.0.999"}]}`, metrics.ReasonParse, []string{"peers[1]", "epp-9", "address"}},
+		{"IPv6 with brackets", `{"peers": [{"name": "epp-9", "address": "[fd00::9]"}]}`, metrics.ReasonParse, []string{"peers[0]", "address"}},
+		{"port out of range", `{"peers": [{"name": "epp-9", "address": "10.0.0.9", "port": 65536}]}`, metrics.ReasonParse, []string{"peers[0]", "port"}},
+		{"duplicate identity", `{"peers": [{"name": "epp-9", "address": "10.0.0.9"}, {"name": "epp-9", "address": "10.0.0.10"}]}`, metrics.ReasonParse, []string{"peers[1]", "duplicate"}},
+		{"over 1 MiB", `{"peers": [], "source": "` + strings.Repeat("y", peerfile.MaxSize) + `"}`, metrics.ReasonParse, []string{"1 MiB"}},
+	}
+	for _, b := range bad {
+		t.Run(b.name, func(t *testing.T) {
+			before := testutil.ToFloat64(metrics.Errors.WithLabelValues(b.reason))
+			renameInto(t, path, []byte(b.content))
+			deadline := time.Now().Add(5 * time.Second)
+			for testutil.ToFloat64(metrics.Errors.WithLabelValues(b.reason)) == before {
+				if time.Now().After(deadline) {
+					t.Fatalf("no %s error counted", b.reason)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			time.Sleep(150 * time.Millisecond) // several polls of the same bad content
+			if got := testutil.ToFloat64(metrics.Errors.WithLabelValues(b.reason)) - before; got != 1 {
+				t.Fatalf("%v errors counted for one bad file, want 1", got)
+			}
+			if got := names(r.store.Peers()); got != good {
+				t.Fatalf("peers %q after a bad file, want the last good set %q", got, good)
+			}
+			msg := r.LastError().Error()
+			for _, w := range b.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not name %q", msg, w)
+				}
+			}
+			if !r.Synced() {
+				t.Fatal("a bad file made the source unsynced; it keeps serving the last good set")
+			}
+		})
+	}
+
+	// Removing the file keeps the set too, and counts a read error.
+	before := testutil.ToFloat64(metrics.Errors.WithLabelValues(metrics.ReasonRead))
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := testutil.ToFloat64(metrics.Errors.WithLabelValues(metrics.ReasonRead)) - before; got != 1 {
+		t.Fatalf("%v read errors for a removed file, want 1", got)
+	}
+	if got := names(r.store.Peers()); got != good {
+		t.Fatalf("peers %q after the file was removed, want %q", got, good)
+	}
+	// And a good file recovers.
+	write(t, path, peersFile("epp-5=10.0.0.6"))
+	r.waitPeers(t, "recovered", "epp-5@10.0.0.6:9005")
+	if r.LastError() != nil {
+		t.Fatalf("error %v remains after a good file", r.LastError())
+	}
+}
+
+// TestPollingCatchesWhatEventsMiss replaces the watched folder itself, which drops the
+// fsnotify watch; the periodic re-read still picks up the new file.
+func TestPollingCatchesWhatEventsMiss(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "peers")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "peers.yaml")
+	write(t, path, peersFile("epp-1=10.0.0.2"))
+	r := run(t, path, 100*time.Millisecond)
+	r.waitPeers(t, "initial", "epp-1@10.0.0.2:9005")
+
+	next := filepath.Join(parent, "peers.next")
+	if err := os.Mkdir(next, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(next, "peers.yaml"), peersFile("epp-2=10.0.0.3"))
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(next, dir); err != nil {
+		t.Fatal(err)
+	}
+	r.waitPeers(t, "folder replaced", "epp-2@10.0.0.3:9005")
+	write(t, path, peersFile("epp-3=10.0.0.4"))
+	r.waitPeers(t, "write into the new folder", "epp-3@10.0.0.4:9005")
+}
