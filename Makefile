@@ -25,7 +25,7 @@ help: ## Show this help.
 ##@ Try it
 .PHONY: demo
 demo: build k8s ## Show peer discovery working: 3 epp replicas on a real API server, scaled 3 -> 5 -> 2 and a pod replaced.
-	go run ./controller/internal/demo -epp $(BIN)/epp
+	go run ./hack/demo -epp $(BIN)/epp
 
 ##@ Build
 .PHONY: build
@@ -41,7 +41,7 @@ $(K8S_STAMP): hack/k8s/go.mod hack/k8s/go.sum $(wildcard hack/k8s/cmd/*/*.go) ha
 
 ##@ Test
 .PHONY: test
-test: lint k8s test-unit test-fuzz test-integration ## Run every test tier (the README's test command).
+test: lint k8s test-unit test-fuzz test-integration test-manifests ## Run every test tier (the README's test command).
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
@@ -55,6 +55,10 @@ test-fuzz: ## Fuzz the peer-set computation and the peers-file parser, FUZZTIME 
 .PHONY: test-integration
 test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest), and the bin/epp black-box test.
 	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/integration/...
+
+.PHONY: test-manifests
+test-manifests: k8s ## Helm chart: in-process renders, schema, lint, and acceptance + RBAC on a real API server.
+	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./charts/...
 
 ##@ Quality
 .PHONY: lint

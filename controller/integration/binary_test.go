@@ -17,8 +17,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/slicegen"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
 )
 
 var (

@@ -12,8 +12,8 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
 )
 
 // peerRole is the Role of DESIGN.md: exactly get, list, watch on endpointslices.

@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
 )
 
 // TestCacheHoldsOnlyTheServiceSlices proves the cache scoping: 1,000 slices of other

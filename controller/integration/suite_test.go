@@ -21,8 +21,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
 )
 
 var env *testenv.Env

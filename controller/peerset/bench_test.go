@@ -6,9 +6,9 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
 )
 
 // benchSlices returns n ready endpoints in slices of at most 100, the way the

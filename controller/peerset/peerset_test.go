@@ -8,9 +8,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 	discoveryv1 "k8s.io/api/discovery/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
 )
 
 var (

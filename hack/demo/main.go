@@ -4,7 +4,7 @@
 // replica's own /debug/peers view while the replicas scale 3 -> 5 -> 2 and a pod is
 // replaced. All traffic stays on 127.0.0.1; the pod IPs are never dialed.
 //
-// Usage: go run ./controller/internal/demo -epp bin/epp
+// Usage: go run ./hack/demo -epp bin/epp
 package main
 
 import (
@@ -26,9 +26,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/slicegen"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
 )
 
 type replica struct {

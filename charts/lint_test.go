@@ -1,0 +1,39 @@
+package charts_test
+
+import (
+	"testing"
+
+	"helm.sh/helm/v3/pkg/action"
+	"helm.sh/helm/v3/pkg/lint/support"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
+)
+
+// TestHelmLint runs helm lint (the SDK's, as `helm lint --strict` would) for the
+// default and the peer-discovery values: no warnings, no errors.
+func TestHelmLint(t *testing.T) {
+	dir, err := render.ChartDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, values := range map[string]map[string]any{
+		"default": nil,
+		"enabled": vals("router.epp.peerDiscovery.enabled", true),
+	} {
+		t.Run(name, func(t *testing.T) {
+			lint := action.NewLint()
+			lint.Strict = true
+			res := lint.Run([]string{dir}, values)
+			for _, m := range res.Messages {
+				if m.Severity >= support.WarningSev {
+					t.Errorf("helm lint: %s", m)
+				} else {
+					t.Logf("helm lint: %s", m)
+				}
+			}
+			for _, err := range res.Errors {
+				t.Errorf("helm lint: %v", err)
+			}
+		})
+	}
+}

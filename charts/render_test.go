@@ -1,0 +1,355 @@
+package charts_test
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
+)
+
+// rendered indexes a rendering's objects by kind.
+type rendered struct {
+	objs []client.Object
+}
+
+func (r rendered) keys() []string {
+	var out []string
+	for _, o := range r.objs {
+		out = append(out, render.Key(o))
+	}
+	return out
+}
+
+func only[T client.Object](t *testing.T, r rendered) T {
+	t.Helper()
+	var found []T
+	for _, o := range r.objs {
+		if v, ok := o.(T); ok {
+			found = append(found, v)
+		}
+	}
+	if len(found) != 1 {
+		var zero T
+		t.Fatalf("want exactly one %T, rendering has %v", zero, r.keys())
+	}
+	return found[0]
+}
+
+func count[T client.Object](r rendered) int {
+	n := 0
+	for _, o := range r.objs {
+		if _, ok := o.(T); ok {
+			n++
+		}
+	}
+	return n
+}
+
+func renderChart(t *testing.T, values map[string]any) rendered {
+	t.Helper()
+	objs, err := render.HelmObjects("epp", "team-a", values)
+	if err != nil {
+		t.Fatalf("rendering with %v: %v", values, err)
+	}
+	return rendered{objs: objs}
+}
+
+var peerRule = []rbacv1.PolicyRule{{
+	APIGroups: []string{"discovery.k8s.io"},
+	Resources: []string{"endpointslices"},
+	Verbs:     []string{"get", "list", "watch"},
+}}
+
+func envNames(c corev1.Container) []string {
+	var out []string
+	for _, e := range c.Env {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+func portsOf(c corev1.Container) map[string]int32 {
+	out := map[string]int32{}
+	for _, p := range c.Ports {
+		out[p.Name] = p.ContainerPort
+	}
+	return out
+}
+
+func servicePorts(s *corev1.Service) map[string]int32 {
+	out := map[string]int32{}
+	for _, p := range s.Spec.Ports {
+		out[p.Name] = p.Port
+		if p.TargetPort.StrVal != p.Name {
+			out[p.Name+"->"+p.TargetPort.String()] = p.Port
+		}
+	}
+	return out
+}
+
+func TestRender(t *testing.T) {
+	base := []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081"}
+	tests := []struct {
+		name        string
+		values      map[string]any
+		wantArgs    []string
+		peerPort    map[string]int32 // the peer port by name, nil when off
+		wantPDB     bool
+		wantReplica int32
+		wantEnv     []string
+		check       func(t *testing.T, r rendered)
+	}{
+		{name: "default: peer discovery off", values: nil, wantArgs: base, wantPDB: true, wantReplica: 3},
+		{name: "enabled", values: vals("router.epp.peerDiscovery.enabled", true),
+			wantArgs: append(base, "--enable-peer-discovery", "--epp-peer-service=epp"),
+			peerPort: map[string]int32{"peer-sync": 9005}, wantPDB: true, wantReplica: 3},
+		{name: "enabled with custom serviceName, portName and port",
+			values: vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.serviceName", "epp-peers",
+				"router.epp.peerDiscovery.portName", "state-sync", "router.epp.peerDiscovery.port", 7000),
+			wantArgs: append(base, "--enable-peer-discovery", "--epp-peer-service=epp-peers", "--epp-peer-port-name=state-sync", "--epp-peer-port=7000"),
+			peerPort: map[string]int32{"state-sync": 7000}, wantPDB: true, wantReplica: 3},
+		{name: "replicas 1: no PodDisruptionBudget", values: vals("router.epp.replicas", 1),
+			wantArgs: base, wantPDB: false, wantReplica: 1},
+		{name: "PodDisruptionBudget switched off", values: vals("router.epp.podDisruptionBudget.enabled", false),
+			wantArgs: base, wantPDB: false, wantReplica: 3},
+		{name: "extra env with valueFrom",
+			values: vals("router.epp.env", []any{
+				map[string]any{"name": "HF_TOKEN", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "hf", "key": "token"}}},
+				map[string]any{"name": "MODE", "value": "fast"},
+			}),
+			wantArgs: base, wantPDB: true, wantReplica: 3, wantEnv: []string{"HF_TOKEN", "MODE"},
+			check: func(t *testing.T, r rendered) {
+				c := only[*appsv1.Deployment](t, r).Spec.Template.Spec.Containers[0]
+				e := c.Env[4]
+				if e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil || e.ValueFrom.SecretKeyRef.Name != "hf" || e.ValueFrom.SecretKeyRef.Key != "token" {
+					t.Fatalf("HF_TOKEN env = %+v, want a secretKeyRef hf/token", e)
+				}
+			}},
+		{name: "user flags, sorted, with peer discovery on",
+			values:   vals("router.epp.peerDiscovery.enabled", true, "router.epp.flags", map[string]any{"zap-log-level": "debug", "zap-devel": true, "v": 2}),
+			wantArgs: append(base, "--enable-peer-discovery", "--epp-peer-service=epp", "--v=2", "--zap-devel=true", "--zap-log-level=debug"),
+			peerPort: map[string]int32{"peer-sync": 9005}, wantPDB: true, wantReplica: 3},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := renderChart(t, tc.values)
+			enabled := tc.peerPort != nil
+
+			// Kinds and names.
+			want := []string{"Deployment/team-a/epp", "Service/team-a/epp", "ServiceAccount/team-a/epp"}
+			if tc.wantPDB {
+				want = append(want, "PodDisruptionBudget/team-a/epp")
+			}
+			if enabled {
+				want = append(want, "Role/team-a/epp-peer-discovery", "RoleBinding/team-a/epp-peer-discovery")
+			}
+			slices.Sort(want)
+			got := r.keys()
+			slices.Sort(got)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("objects (-want +got):\n%s", diff)
+			}
+
+			// RBAC: the exact rule iff enabled, bound to the chart's ServiceAccount; never cluster-wide.
+			if enabled {
+				role := only[*rbacv1.Role](t, r)
+				if diff := cmp.Diff(peerRule, role.Rules); diff != "" {
+					t.Fatalf("Role rules (-want +got):\n%s", diff)
+				}
+				rb := only[*rbacv1.RoleBinding](t, r)
+				if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != role.Name ||
+					len(rb.Subjects) != 1 || rb.Subjects[0].Kind != "ServiceAccount" || rb.Subjects[0].Name != "epp" || rb.Subjects[0].Namespace != "team-a" {
+					t.Fatalf("RoleBinding %+v does not bind %s to ServiceAccount team-a/epp", rb, role.Name)
+				}
+			}
+			if n := count[*rbacv1.ClusterRole](r) + count[*rbacv1.ClusterRoleBinding](r); n != 0 {
+				t.Fatalf("%d cluster-scoped RBAC objects rendered", n)
+			}
+
+			dep := only[*appsv1.Deployment](t, r)
+			if *dep.Spec.Replicas != tc.wantReplica {
+				t.Fatalf("replicas %d, want %d", *dep.Spec.Replicas, tc.wantReplica)
+			}
+			pod := dep.Spec.Template.Spec
+			if pod.ServiceAccountName != "epp" {
+				t.Fatalf("serviceAccountName %q", pod.ServiceAccountName)
+			}
+			if got := pod.AutomountServiceAccountToken; got == nil || *got != enabled {
+				t.Fatalf("automountServiceAccountToken %v, want %v (a token only when the pod needs the API)", got, enabled)
+			}
+			c := pod.Containers[0]
+			if diff := cmp.Diff(tc.wantArgs, c.Args); diff != "" {
+				t.Fatalf("args (-want +got):\n%s", diff)
+			}
+			if c.Image != "epp-peer-discovery/epp:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+				t.Fatalf("image %s %s", c.Image, c.ImagePullPolicy)
+			}
+
+			// Downward-API env, always, first.
+			if diff := cmp.Diff(append([]string{"POD_IP", "POD_IPS", "POD_NAME", "NAMESPACE"}, tc.wantEnv...), envNames(c)); diff != "" {
+				t.Fatalf("env (-want +got):\n%s", diff)
+			}
+			for i, path := range []string{"status.podIP", "status.podIPs", "metadata.name", "metadata.namespace"} {
+				if f := c.Env[i].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != path {
+					t.Fatalf("env %s is not fieldRef %s", c.Env[i].Name, path)
+				}
+			}
+
+			// Ports: container and Service, peer port iff enabled.
+			wantContainer := map[string]int32{"grpc-ext-proc": 9002, "http-metrics": 9090, "probes": 8081}
+			wantService := map[string]int32{"grpc-ext-proc": 9002, "http-metrics": 9090}
+			for name, port := range tc.peerPort {
+				wantContainer[name], wantService[name] = port, port
+			}
+			if diff := cmp.Diff(wantContainer, portsOf(c)); diff != "" {
+				t.Fatalf("container ports (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(wantService, servicePorts(only[*corev1.Service](t, r))); diff != "" {
+				t.Fatalf("Service ports (-want +got, name->target when they differ):\n%s", diff)
+			}
+
+			// Probes.
+			if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.ReadinessProbe.HTTPGet.Port.StrVal != "probes" {
+				t.Fatalf("readiness probe %+v", c.ReadinessProbe)
+			}
+			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+				t.Fatalf("liveness probe %+v", c.LivenessProbe)
+			}
+
+			// Restricted security.
+			psc, sc := pod.SecurityContext, c.SecurityContext
+			if psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot || psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+				t.Fatalf("pod security context %+v", psc)
+			}
+			if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+				sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
+				t.Fatalf("container security context %+v", sc)
+			}
+
+			if tc.wantPDB {
+				pdb := only[*policyv1.PodDisruptionBudget](t, r)
+				if pdb.Spec.MaxUnavailable == nil || pdb.Spec.MaxUnavailable.IntValue() != 1 {
+					t.Fatalf("PDB maxUnavailable %v", pdb.Spec.MaxUnavailable)
+				}
+			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
+		})
+	}
+}
+
+func TestReleaseNaming(t *testing.T) {
+	objs, err := render.HelmObjects("router", "team-a", vals("router.epp.peerDiscovery.enabled", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := rendered{objs: objs}
+	dep := only[*appsv1.Deployment](t, r)
+	if dep.Name != "router-epp" || !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--epp-peer-service=router-epp") {
+		t.Fatalf("release router: Deployment %s args %v; the flag must name the chart's own Service", dep.Name, dep.Spec.Template.Spec.Containers[0].Args)
+	}
+	if svc := only[*corev1.Service](t, r); svc.Name != "router-epp" {
+		t.Fatalf("Service %s", svc.Name)
+	}
+}
+
+func TestPassthroughScheduling(t *testing.T) {
+	r := renderChart(t, vals(
+		"router.epp.nodeSelector", map[string]any{"pool": "cpu"},
+		"router.epp.tolerations", []any{map[string]any{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}},
+		"router.epp.topologySpreadConstraints", []any{map[string]any{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"}},
+		"router.epp.affinity", map[string]any{"podAntiAffinity": map[string]any{}},
+	))
+	pod := only[*appsv1.Deployment](t, r).Spec.Template.Spec
+	if pod.NodeSelector["pool"] != "cpu" || len(pod.Tolerations) != 1 || pod.Tolerations[0].Key != "dedicated" || pod.Affinity == nil {
+		t.Fatalf("scheduling passthrough lost: %+v", pod)
+	}
+	if len(pod.TopologySpreadConstraints) != 1 {
+		t.Fatalf("topologySpreadConstraints %+v", pod.TopologySpreadConstraints)
+	}
+	sel := pod.TopologySpreadConstraints[0].LabelSelector
+	if sel == nil || sel.MatchLabels["app.kubernetes.io/instance"] != "epp" || sel.MatchLabels["app.kubernetes.io/name"] != "epp" {
+		t.Fatalf("topologySpreadConstraints without a selector must default to the pod labels, got %+v", sel)
+	}
+}
+
+func TestSchemaRejects(t *testing.T) {
+	tests := []struct {
+		name   string
+		values map[string]any
+		want   []string
+	}{
+		{"unknown key under peerDiscovery", vals("router.epp.peerDiscovery.enable", true), []string{"peerDiscovery", "enable"}},
+		{"enabled as a string", vals("router.epp.peerDiscovery.enabled", "yes"), []string{"peerDiscovery", "enabled", "boolean"}},
+		{"replicas 0", vals("router.epp.replicas", 0), []string{"replicas", "minimum"}},
+		{"port 70000", vals("router.epp.peerDiscovery.port", 70000), []string{"peerDiscovery/port", "maximum"}},
+		{"port 0", vals("router.epp.peerDiscovery.port", 0), []string{"peerDiscovery", "port"}},
+		{"metrics port 70000", vals("router.epp.ports.metrics", 70000), []string{"ports", "metrics"}},
+		{"service name with capitals", vals("router.epp.peerDiscovery.serviceName", "EPP"), []string{"serviceName"}},
+		{"port name too long", vals("router.epp.peerDiscovery.portName", "a-very-long-port-name"), []string{"portName"}},
+		{"unknown key under router.epp", vals("router.epp.replica", 3), []string{"replica"}},
+		{"env without name", vals("router.epp.env", []any{map[string]any{"value": "x"}}), []string{"env", "name"}},
+		{"pull policy typo", vals("router.epp.image.pullPolicy", "IfNotPresnt"), []string{"pullPolicy"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := render.Helm("epp", "team-a", tc.values)
+			if err == nil {
+				t.Fatalf("values %v were accepted", tc.values)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not name %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestSchemaAcceptsNullForOptionalFields(t *testing.T) {
+	for _, key := range []string{"serviceName"} {
+		if _, _, err := render.Helm("epp", "team-a", vals("router.epp.peerDiscovery."+key, nil, "router.epp.peerDiscovery.enabled", true)); err != nil {
+			t.Errorf("peerDiscovery.%s: null rejected: %v", key, err)
+		}
+	}
+	for _, key := range []string{"env", "flags", "resources", "nodeSelector", "tolerations", "affinity", "topologySpreadConstraints", "podAnnotations", "imagePullSecrets"} {
+		if _, _, err := render.Helm("epp", "team-a", vals("router.epp."+key, nil)); err != nil {
+			t.Errorf("router.epp.%s: null rejected: %v", key, err)
+		}
+	}
+}
+
+func TestManagedFlagsAreRefused(t *testing.T) {
+	_, _, err := render.Helm("epp", "team-a", vals("router.epp.flags", map[string]any{"epp-peer-service": "other"}))
+	if err == nil || !strings.Contains(err.Error(), "router.epp.flags.epp-peer-service") || !strings.Contains(err.Error(), "router.epp.peerDiscovery") {
+		t.Fatalf("a managed flag in router.epp.flags: %v", err)
+	}
+}
+
+func TestNotes(t *testing.T) {
+	_, off, err := render.Helm("epp", "team-a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, on, err := render.Helm("epp", "team-a", vals("router.epp.peerDiscovery.enabled", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ notes, want string }{
+		{off, "Peer discovery is OFF"}, {off, "router.epp.peerDiscovery.enabled=true"},
+		{on, "Peer discovery is ON"}, {on, "EndpointSlices of Service\nepp "}, {on, "kubectl port-forward -n team-a"}, {on, "curl -s localhost:9090/debug/peers"},
+	} {
+		if !strings.Contains(c.notes, c.want) {
+			t.Errorf("NOTES.txt lacks %q:\n%s", c.want, c.notes)
+		}
+	}
+}
