@@ -57,8 +57,8 @@ test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (en
 	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/integration/...
 
 .PHONY: test-manifests
-test-manifests: k8s ## Helm chart: in-process renders, schema, lint, and acceptance + RBAC on a real API server.
-	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./charts/...
+test-manifests: k8s ## Helm chart and kustomize: renders, schema, lint, parity, and acceptance + RBAC on a real API server.
+	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./charts/... ./kustomize/...
 
 ##@ Quality
 .PHONY: lint

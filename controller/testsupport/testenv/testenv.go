@@ -13,6 +13,7 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -159,4 +160,21 @@ func (e *Env) ServiceAccountConfig(ctx context.Context, namespace, name string) 
 		QPS:             50,
 		Burst:           100,
 	}, nil
+}
+
+// Can runs a SubjectAccessReview: may user (in groups) do verb on group/resource in
+// namespace ("" = cluster-wide)?
+func (e *Env) Can(ctx context.Context, user string, groups []string, verb, group, resource, namespace string) (bool, error) {
+	sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+		User:   user,
+		Groups: groups,
+		ResourceAttributes: &authorizationv1.ResourceAttributes{
+			Namespace: namespace, Verb: verb, Group: group, Resource: resource,
+		},
+	}}
+	res, err := e.Clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, sar, metav1.CreateOptions{})
+	if err != nil {
+		return false, err
+	}
+	return res.Status.Allowed, nil
 }

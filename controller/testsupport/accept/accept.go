@@ -1,0 +1,123 @@
+// Package accept checks rendered manifests against a real API server the way a
+// cluster with the restricted pod security level would treat them.
+package accept
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+)
+
+// Warnings collects the API server's warnings (pod security "warn" mode among them).
+type Warnings struct {
+	mu   sync.Mutex
+	list []string
+}
+
+// HandleWarningHeader implements rest.WarningHandler.
+func (w *Warnings) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.list = append(w.list, text)
+}
+
+// Take returns and clears the warnings seen so far.
+func (w *Warnings) Take() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.list
+	w.list = nil
+	return out
+}
+
+// Client is an admin client whose warnings land in the returned collector.
+func Client(t testing.TB, env *testenv.Env) (client.Client, *Warnings) {
+	t.Helper()
+	w := &Warnings{}
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = w
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, w
+}
+
+// RestrictedNamespace creates a namespace that enforces, warns and audits the
+// restricted pod security level.
+func RestrictedNamespace(t testing.TB, env *testenv.Env, prefix string) string {
+	t.Helper()
+	ns, err := env.CreateNamespace(context.Background(), prefix, map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+		"pod-security.kubernetes.io/warn":    "restricted",
+		"pod-security.kubernetes.io/audit":   "restricted",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
+}
+
+// Create creates every object for real, with strict field validation.
+func Create(t testing.TB, c client.Client, objs []client.Object) {
+	t.Helper()
+	for _, o := range objs {
+		if err := c.Create(context.Background(), o.DeepCopyObject().(client.Object), client.FieldValidation("Strict")); err != nil {
+			t.Fatalf("creating %s: %v", render.Key(o), err)
+		}
+	}
+}
+
+// Restricted proves that objs, all in namespace ns (which must enforce the restricted
+// level), are accepted: a server-side dry run of each with strict field validation,
+// a real create, and a dry-run Pod from every Deployment's template (pod security
+// enforces on Pods, not on Deployments). Any API warning fails the test.
+func Restricted(t testing.TB, c client.Client, w *Warnings, objs []client.Object) {
+	t.Helper()
+	ctx := context.Background()
+	for _, o := range objs {
+		if err := c.Create(ctx, o.DeepCopyObject().(client.Object), client.DryRunAll, client.FieldValidation("Strict")); err != nil {
+			t.Fatalf("server-side dry run of %s: %v", render.Key(o), err)
+		}
+	}
+	Create(t, c, objs)
+	for _, o := range objs {
+		dep, ok := o.(*appsv1.Deployment)
+		if !ok {
+			continue
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: dep.Name + "-probe", Namespace: dep.Namespace, Labels: dep.Spec.Template.Labels},
+			Spec:       dep.Spec.Template.Spec,
+		}
+		if err := c.Create(ctx, pod, client.DryRunAll); err != nil {
+			t.Fatalf("a Pod of Deployment %s's template is refused: %v", dep.Name, err)
+		}
+	}
+	if ws := w.Take(); len(ws) > 0 {
+		t.Fatalf("API server warnings: %v", ws)
+	}
+}
+
+// Can asks the API server whether ServiceAccount saNamespace/saName may do verb on
+// group/resource in namespace ("" = cluster-wide), with a SubjectAccessReview.
+func Can(t testing.TB, env *testenv.Env, saNamespace, saName, verb, group, resource, namespace string) bool {
+	t.Helper()
+	allowed, err := env.Can(context.Background(), fmt.Sprintf("system:serviceaccount:%s:%s", saNamespace, saName),
+		[]string{"system:serviceaccounts", "system:serviceaccounts:" + saNamespace, "system:authenticated"},
+		verb, group, resource, namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return allowed
+}

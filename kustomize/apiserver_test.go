@@ -1,0 +1,29 @@
+package kustomize_test
+
+import (
+	"testing"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/accept"
+)
+
+// TestOverlaysAcceptedUnderRestrictedPodSecurity builds each overlay into a namespace
+// enforcing the restricted level and has the real API server accept it.
+func TestOverlaysAcceptedUnderRestrictedPodSecurity(t *testing.T) {
+	c, w := accept.Client(t, env)
+	for _, tc := range []struct {
+		name    string
+		enabled bool
+	}{{"default", false}, {"peer-discovery", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns := accept.RestrictedNamespace(t, env, "kust-"+tc.name)
+			objs := userOverlay(t, ns, "", tc.enabled)
+			accept.Restricted(t, c, w, objs)
+			if tc.enabled && !accept.Can(t, env, ns, "epp", "watch", "discovery.k8s.io", "endpointslices", ns) {
+				t.Fatal("the overlay's ServiceAccount cannot watch endpointslices")
+			}
+			if !tc.enabled && accept.Can(t, env, ns, "epp", "list", "discovery.k8s.io", "endpointslices", ns) {
+				t.Fatal("without the component the ServiceAccount can list endpointslices")
+			}
+		})
+	}
+}

@@ -1,0 +1,110 @@
+package kustomize_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
+)
+
+// view is what must be equal across channels for one object.
+type view struct {
+	Rules    []rbacv1.PolicyRule
+	RoleRef  *rbacv1.RoleRef
+	Subjects []rbacv1.Subject
+
+	Replicas           *int32
+	ServiceAccountName string
+	AutomountToken     *bool
+	PodSecurity        *corev1.PodSecurityContext
+	Image              string
+	PullPolicy         corev1.PullPolicy
+	Flags              []string // args with "--flag value" normalized to "--flag=value"
+	Env                []corev1.EnvVar
+	ContainerPorts     []corev1.ContainerPort
+	Probes             []*corev1.Probe
+	Resources          *corev1.ResourceRequirements
+	Security           *corev1.SecurityContext
+
+	ServicePorts []corev1.ServicePort
+	ServiceType  corev1.ServiceType
+
+	MaxUnavailable string
+}
+
+// flags normalizes "--name value" pairs to "--name=value": the binary parses both the
+// same way, and kustomize passes the Service name as its own argument so that name
+// references can rewrite it.
+func flags(args []string) []string {
+	var out []string
+	for _, a := range args {
+		if !strings.HasPrefix(a, "-") && len(out) > 0 && !strings.Contains(out[len(out)-1], "=") {
+			out[len(out)-1] += "=" + a
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func views(objs []client.Object) map[string]view {
+	out := map[string]view{}
+	for _, o := range objs {
+		var v view
+		switch o := o.(type) {
+		case *rbacv1.Role:
+			v.Rules = o.Rules
+		case *rbacv1.RoleBinding:
+			v.RoleRef, v.Subjects = &o.RoleRef, o.Subjects
+		case *appsv1.Deployment:
+			p := o.Spec.Template.Spec
+			c := p.Containers[0]
+			v.Replicas, v.ServiceAccountName, v.AutomountToken, v.PodSecurity = o.Spec.Replicas, p.ServiceAccountName, p.AutomountServiceAccountToken, p.SecurityContext
+			v.Image, v.PullPolicy, v.Flags, v.Env, v.ContainerPorts = c.Image, c.ImagePullPolicy, flags(c.Args), c.Env, c.Ports
+			v.Probes, v.Resources, v.Security = []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe}, &c.Resources, c.SecurityContext
+		case *corev1.Service:
+			v.ServicePorts, v.ServiceType = o.Spec.Ports, o.Spec.Type
+		case *policyv1.PodDisruptionBudget:
+			v.MaxUnavailable = o.Spec.MaxUnavailable.String()
+		}
+		out[render.Key(o)] = v
+	}
+	return out
+}
+
+// TestParityWithHelm renders the chart and builds the matching kustomize overlay, for
+// peer discovery off and on, and compares kinds and names, RBAC, container args, env,
+// ports, probes, security and replicas. A difference names the object and field.
+func TestParityWithHelm(t *testing.T) {
+	for _, tc := range []struct {
+		name, release, prefix string
+		enabled               bool
+	}{
+		{"off", "epp", "", false},
+		{"on", "epp", "", true},
+		{"on, release router = namePrefix router-", "router", "router-", true},
+		{"off, release router = namePrefix router-", "router", "router-", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var values map[string]any
+			if tc.enabled {
+				values = map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": true}}}}
+			}
+			helm, err := render.HelmObjects(tc.release, "team-a", values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kust := userOverlay(t, "team-a", tc.prefix, tc.enabled)
+			if diff := cmp.Diff(views(helm), views(kust)); diff != "" {
+				t.Fatalf("Helm (-) and kustomize (+) differ:\n%s", diff)
+			}
+		})
+	}
+}
