@@ -1,0 +1,154 @@
+package terraform_test
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/gruntwork-io/terratest/modules/terraform"
+	appsv1 "k8s.io/api/apps/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/tfenv"
+)
+
+// TestApplyAndDestroy applies examples/basic against the real API server with peer
+// discovery off and on: the release installs, the Role exists iff on with exactly the
+// endpointslices rule, the Deployment's args and env are the Helm rendering's, and
+// destroy leaves nothing in the namespace.
+func TestApplyAndDestroy(t *testing.T) {
+	for _, enabled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "off", true: "on"}[enabled], func(t *testing.T) {
+			dir := filepath.Join(tfenv.CopyModule(t), "terraform", "examples", "basic")
+			ctx := context.Background()
+			ns, err := env.CreateNamespace(ctx, "tf", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts := tfenv.Options(t, dir, map[string]any{
+				"kubeconfig":             env.Kubeconfig,
+				"namespace":              ns,
+				"create_namespace":       false, // envtest runs no namespace controller to finish a namespace deletion
+				"peer_discovery_enabled": enabled,
+				"wait":                   false, // envtest runs no controllers: no pods become ready
+			})
+			terraform.Init(t, opts)
+			destroyed := false
+			t.Cleanup(func() {
+				if !destroyed {
+					terraform.Destroy(t, opts)
+				}
+			})
+			terraform.ApplyAndIdempotent(t, opts)
+
+			out := terraform.OutputAll(t, opts)
+			if out["service_name"] != "epp" || out["namespace"] != ns || out["release_name"] != "epp" {
+				t.Fatalf("outputs %v", out)
+			}
+			roleOut, hasRole := out["role_name"]
+			if enabled != (hasRole && roleOut != nil) {
+				t.Fatalf("role_name output %v with peer discovery %v", roleOut, enabled)
+			}
+
+			cs := env.Clientset
+			role, err := cs.RbacV1().Roles(ns).Get(ctx, "epp-peer-discovery", metav1.GetOptions{})
+			switch {
+			case enabled && err != nil:
+				t.Fatalf("Role epp-peer-discovery: %v", err)
+			case enabled:
+				want := []rbacv1.PolicyRule{{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}}}
+				if diff := cmp.Diff(want, role.Rules); diff != "" {
+					t.Fatalf("Role rules (-want +got):\n%s", diff)
+				}
+			case !apierrors.IsNotFound(err):
+				t.Fatalf("peer discovery off, yet Role epp-peer-discovery: %v", err)
+			}
+			roles, err := cs.RbacV1().Roles(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !enabled && len(roles.Items) != 0 {
+				t.Fatalf("peer discovery off, yet %d Roles", len(roles.Items))
+			}
+
+			dep, err := cs.AppsV1().Deployments(ns).Get(ctx, "epp", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			values := map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": enabled}}}}
+			helmObjs, err := render.HelmObjects("epp", ns, values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Compare with the Helm rendering as the API server stores it (defaults
+			// applied): a server-side dry run in a scratch namespace.
+			scratch, err := env.CreateNamespace(ctx, "tf-helm", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want *appsv1.Deployment
+			for _, o := range helmObjs {
+				if d, ok := o.(*appsv1.Deployment); ok {
+					d.Namespace = scratch
+					if want, err = cs.AppsV1().Deployments(scratch).Create(ctx, d, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			got, exp := dep.Spec.Template.Spec.Containers[0], want.Spec.Template.Spec.Containers[0]
+			if diff := cmp.Diff(exp.Args, got.Args); diff != "" {
+				t.Fatalf("args (-helm +terraform):\n%s", diff)
+			}
+			if diff := cmp.Diff(exp.Env, got.Env); diff != "" {
+				t.Fatalf("env (-helm +terraform):\n%s", diff)
+			}
+			if diff := cmp.Diff(exp.Ports, got.Ports); diff != "" {
+				t.Fatalf("ports (-helm +terraform):\n%s", diff)
+			}
+
+			terraform.Destroy(t, opts)
+			destroyed = true
+			assertEmptyNamespace(t, ns)
+		})
+	}
+}
+
+func assertEmptyNamespace(t *testing.T, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	cs := env.Clientset
+	count := map[string]int{}
+	if l, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		count["deployments"] = len(l.Items)
+	}
+	if l, err := cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		count["services"] = len(l.Items)
+	}
+	if l, err := cs.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		count["serviceaccounts"] = len(l.Items)
+	}
+	if l, err := cs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		count["secrets (helm release records)"] = len(l.Items)
+	}
+	if l, err := cs.RbacV1().Roles(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		count["roles"] = len(l.Items)
+	}
+	if l, err := cs.RbacV1().RoleBindings(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		count["rolebindings"] = len(l.Items)
+	}
+	if l, err := cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		count["poddisruptionbudgets"] = len(l.Items)
+	}
+	for kind, n := range count {
+		if n != 0 {
+			t.Errorf("after destroy, %d %s remain in %s", n, kind, ns)
+		}
+	}
+	if len(count) != 7 {
+		t.Fatalf("could not list every kind: %v", count)
+	}
+}

@@ -1,0 +1,59 @@
+locals {
+  chart_path = coalesce(var.chart_path, "${path.module}/../charts/epp")
+
+  # The chart's naming rule (templates/_helpers.tpl, "epp.fullname").
+  fullname = strcontains(var.release_name, "epp") ? var.release_name : "${var.release_name}-epp"
+
+  # The values this module hands to the chart; null leaves the chart's default.
+  chart_values = {
+    router = {
+      epp = {
+        replicas = var.replicas
+        image = {
+          repository = var.image_repository
+          tag        = var.image_tag
+        }
+        # EnvVar objects without the null attributes of the variable's type.
+        env = [for e in var.extra_env : merge(
+          { name = e.name },
+          e.value == null ? {} : { value = e.value },
+          e.valueFrom == null ? {} : {
+            valueFrom = { for src, ref in e.valueFrom : src => { for k, v in ref : k => v if v != null } if ref != null }
+          },
+        )]
+        peerDiscovery = {
+          enabled     = var.peer_discovery_enabled
+          serviceName = var.peer_service_name
+          portName    = var.peer_port_name
+          port        = var.peer_port
+        }
+      }
+    }
+  }
+}
+
+resource "kubernetes_namespace_v1" "this" {
+  count = var.create_namespace ? 1 : 0
+
+  metadata {
+    name   = var.namespace
+    labels = var.namespace_labels
+  }
+}
+
+resource "helm_release" "this" {
+  name      = var.release_name
+  namespace = var.create_namespace ? kubernetes_namespace_v1.this[0].metadata[0].name : var.namespace
+  chart     = local.chart_path
+
+  # Later documents win, key by key: the caller's values override the module's.
+  values = [
+    yamlencode(local.chart_values),
+    yamlencode(var.values),
+  ]
+
+  wait            = var.wait
+  timeout         = var.timeout
+  atomic          = false
+  cleanup_on_fail = true
+}

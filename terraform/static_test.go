@@ -1,0 +1,85 @@
+package terraform_test
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gruntwork-io/terratest/modules/terraform"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/tfenv"
+)
+
+func TestFormatted(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := tfenv.Options(t, filepath.Join(root, "terraform"), nil)
+	out, err := terraform.RunTerraformCommandE(t, opts, "fmt", "-check", "-recursive", "-diff")
+	if err != nil {
+		t.Fatalf("terraform fmt -check found unformatted files (run terraform fmt -recursive terraform/):\n%s", out)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	dir := tfenv.CopyModule(t)
+	for _, sub := range []string{"terraform", "terraform/examples/basic"} {
+		t.Run(sub, func(t *testing.T) {
+			opts := tfenv.Options(t, filepath.Join(dir, sub), nil)
+			terraform.Init(t, opts)
+			out := terraform.Validate(t, opts)
+			if !strings.Contains(out, "The configuration is valid") {
+				t.Fatalf("validate: %s", out)
+			}
+		})
+	}
+}
+
+// TestTerraformTest runs tests/plan.tftest.hcl: the values handed to the chart for
+// peer discovery off and on, custom service and port, and each invalid variable.
+func TestTerraformTest(t *testing.T) {
+	dir := filepath.Join(tfenv.CopyModule(t), "terraform")
+	opts := tfenv.Options(t, dir, nil)
+	terraform.Init(t, opts)
+	out, err := terraform.RunTerraformCommandE(t, opts, "test")
+	if err != nil {
+		t.Fatalf("terraform test failed:\n%s", out)
+	}
+	if !strings.Contains(out, "12 passed, 0 failed") {
+		t.Fatalf("terraform test did not run the 12 runs of tests/plan.tftest.hcl:\n%s", out)
+	}
+}
+
+// TestValidationMessages checks that each invalid variable fails the plan with its own
+// message, naming the variable.
+func TestValidationMessages(t *testing.T) {
+	dir := filepath.Join(tfenv.CopyModule(t), "terraform")
+	opts := tfenv.Options(t, dir, nil)
+	terraform.Init(t, opts)
+	for _, tc := range []struct {
+		name string
+		vars map[string]any
+		want string
+	}{
+		{"bad namespace", map[string]any{"namespace": "Team_A"}, "namespace must be a DNS-1123 label"},
+		{"replicas 0", map[string]any{"namespace": "ns", "replicas": 0}, "replicas must be a whole number >= 1"},
+		{"port 70000", map[string]any{"namespace": "ns", "peer_port": 70000}, "peer_port must be a whole number between 1 and 65535"},
+		{"port name", map[string]any{"namespace": "ns", "peer_port_name": "Peer_Sync"}, "peer_port_name must be a port name"},
+		{"release name", map[string]any{"namespace": "ns", "release_name": "EPP"}, "release_name must be a DNS-1123 label"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := *opts
+			o.Vars = tc.vars
+			out, err := terraform.PlanE(t, &o)
+			if err == nil {
+				t.Fatalf("plan with %v succeeded", tc.vars)
+			}
+			flat := strings.Join(strings.Fields(out), " ")
+			if !strings.Contains(flat, tc.want) {
+				t.Fatalf("plan output lacks %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}

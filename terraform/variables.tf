@@ -1,0 +1,158 @@
+variable "namespace" {
+  description = "Namespace to deploy the EPP into."
+  type        = string
+
+  validation {
+    condition     = can(regex("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", var.namespace)) && length(var.namespace) <= 63
+    error_message = "namespace must be a DNS-1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a letter or digit."
+  }
+}
+
+variable "create_namespace" {
+  description = "Create the namespace (and delete it on destroy). When false, the namespace must exist."
+  type        = bool
+  default     = false
+}
+
+variable "namespace_labels" {
+  description = "Labels of the namespace when create_namespace is true, e.g. pod-security.kubernetes.io/enforce = restricted."
+  type        = map(string)
+  default     = {}
+}
+
+variable "release_name" {
+  description = "Helm release name. Object names follow the chart: a release name containing \"epp\" is used as is, otherwise \"<release>-epp\"."
+  type        = string
+  default     = "epp"
+
+  validation {
+    condition     = can(regex("^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", var.release_name)) && length(var.release_name) <= 53
+    error_message = "release_name must be a DNS-1123 label of at most 53 characters (Helm's limit)."
+  }
+}
+
+variable "chart_path" {
+  description = "Path of the epp chart. Defaults to the chart next to this module (charts/epp)."
+  type        = string
+  default     = null
+}
+
+variable "replicas" {
+  description = "Number of EPP replicas."
+  type        = number
+  default     = 3
+
+  validation {
+    condition     = var.replicas >= 1 && floor(var.replicas) == var.replicas
+    error_message = "replicas must be a whole number >= 1."
+  }
+}
+
+variable "image_repository" {
+  description = "Repository of the epp image."
+  type        = string
+  default     = "epp-peer-discovery/epp"
+
+  validation {
+    condition     = length(var.image_repository) > 0
+    error_message = "image_repository must not be empty."
+  }
+}
+
+variable "image_tag" {
+  description = "Tag of the epp image. Null uses the chart's appVersion."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.image_tag == null || can(regex("^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$", var.image_tag))
+    error_message = "image_tag must be a valid image tag: letters, digits, '_', '.', '-', at most 128 characters."
+  }
+}
+
+variable "peer_discovery_enabled" {
+  description = "Turn peer discovery on: every replica discovers the others from the EPP Service's EndpointSlices, with a namespaced Role limited to endpointslices get/list/watch."
+  type        = bool
+  default     = false
+}
+
+variable "peer_service_name" {
+  description = "Service whose EndpointSlices list the peers. Null: the chart's own Service."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.peer_service_name == null || can(regex("^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$", coalesce(var.peer_service_name, "x")))
+    error_message = "peer_service_name must be a Service name (DNS-1035 label: lowercase letters, digits and '-', starting with a letter)."
+  }
+}
+
+variable "peer_port_name" {
+  description = "Name of the Service port whose number is each peer's port."
+  type        = string
+  default     = "peer-sync"
+
+  validation {
+    condition     = can(regex("^[a-z0-9]([-a-z0-9]{0,13}[a-z0-9])?$", var.peer_port_name)) && can(regex("[a-z]", var.peer_port_name))
+    error_message = "peer_port_name must be a port name: 1 to 15 lowercase letters, digits and '-', with at least one letter."
+  }
+}
+
+variable "peer_port" {
+  description = "Number of the peer port (container and Service)."
+  type        = number
+  default     = 9005
+
+  validation {
+    condition     = var.peer_port >= 1 && var.peer_port <= 65535 && floor(var.peer_port) == var.peer_port
+    error_message = "peer_port must be a whole number between 1 and 65535."
+  }
+}
+
+variable "extra_env" {
+  description = "Extra environment variables of the epp container, shaped like Kubernetes EnvVar objects: {name, value} or {name, valueFrom}."
+  type = list(object({
+    name  = string
+    value = optional(string)
+    valueFrom = optional(object({
+      fieldRef         = optional(object({ fieldPath = string, apiVersion = optional(string) }))
+      resourceFieldRef = optional(object({ resource = string, containerName = optional(string), divisor = optional(string) }))
+      configMapKeyRef  = optional(object({ name = string, key = string, optional = optional(bool) }))
+      secretKeyRef     = optional(object({ name = string, key = string, optional = optional(bool) }))
+    }))
+  }))
+  default = []
+
+  validation {
+    condition     = alltrue([for e in var.extra_env : (e.value == null) != (e.valueFrom == null)])
+    error_message = "each extra_env entry needs exactly one of value and valueFrom."
+  }
+
+  validation {
+    condition     = alltrue([for e in var.extra_env : e.valueFrom == null || length([for k, v in coalesce(e.valueFrom, {}) : k if v != null]) == 1])
+    error_message = "each extra_env valueFrom needs exactly one of fieldRef, resourceFieldRef, configMapKeyRef and secretKeyRef."
+  }
+}
+
+variable "values" {
+  description = "Extra chart values, merged over the ones this module sets (e.g. { router = { epp = { flags = { zap-log-level = \"debug\" } } } })."
+  type        = any
+  default     = {}
+}
+
+variable "wait" {
+  description = "Wait until the Deployment is ready before the apply completes."
+  type        = bool
+  default     = true
+}
+
+variable "timeout" {
+  description = "Seconds to wait for the release."
+  type        = number
+  default     = 300
+
+  validation {
+    condition     = var.timeout >= 1
+    error_message = "timeout must be at least 1 second."
+  }
+}
