@@ -32,8 +32,8 @@ help: ## Show this help.
 
 ##@ Try it
 .PHONY: demo
-demo: build k8s ## Show peer discovery working: 3 epp replicas on a real API server, scaled 3 -> 5 -> 2 and a pod replaced.
-	go run ./hack/demo -epp $(BIN)/epp
+demo: e2e-demo-tools ## Show it working: the chart with peer discovery on a local control plane, scaled 3 -> 5 -> 2 and a pod deleted.
+	go run ./hack/demo
 
 ##@ Build
 .PHONY: build
@@ -49,7 +49,7 @@ $(K8S_STAMP): hack/k8s/go.mod hack/k8s/go.sum $(wildcard hack/k8s/cmd/*/*.go) ha
 
 ##@ Test
 .PHONY: test
-test: lint k8s test-unit test-fuzz test-integration test-manifests test-terraform ## Run every test tier (the README's test command).
+test: lint k8s test-unit test-fuzz test-integration test-manifests test-terraform e2e-local ## Run every test tier (the README's test command).
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
@@ -86,6 +86,55 @@ terraform-bin: ## Use the machine's terraform, or build OpenTofu into bin/tofu w
 .PHONY: tofu
 tofu: ## Build OpenTofu into bin/tofu (for machines without terraform).
 	hack/tofu.sh $(BIN)/tofu
+
+##@ End to end
+HELM_VERSION := $(shell awk '$$1=="helm.sh/helm/v3" {print $$2; exit}' go.mod)
+HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
+  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
+E2E_TIMEOUT ?= 40m
+
+$(BIN)/helm: go.mod
+	@echo "building helm $(HELM_VERSION) (the go.mod tool) into bin/helm"
+	CGO_ENABLED=0 go build -trimpath -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
+
+$(BIN)/kwok $(BIN)/kwok-stages.yaml: hack/kwok.sh
+	hack/kwok.sh $(BIN)/kwok $(BIN)/kwok-stages.yaml
+
+.PHONY: e2e-tools
+e2e-tools: build k8s $(BIN)/helm $(BIN)/kwok terraform-providers terraform-bin ## Build what the end-to-end suite runs: bin/epp, the control plane, kubectl, helm, kwok, Terraform providers.
+
+.PHONY: e2e-demo-tools
+e2e-demo-tools: build k8s $(BIN)/helm $(BIN)/kwok
+
+.PHONY: e2e-local
+e2e-local: e2e-tools ## End to end on a local control plane (no Docker): Helm, kustomize and Terraform, peer discovery on and off.
+	TF_CLI_CONFIG_FILE=$(TF_RC) E2E_BACKEND=local go test -tags e2e -count=1 -v -timeout=$(E2E_TIMEOUT) ./e2e/...
+
+IMAGE        ?= epp-peer-discovery/epp:$(shell awk '$$1=="appVersion:" {gsub(/"/,"",$$2); print $$2}' charts/epp/Chart.yaml)
+KIND_VERSION ?= v0.33.0
+KIND         := $(BIN)/kind
+KIND_CLUSTER ?= epp-e2e
+export KIND_NODE_IMAGE
+
+.PHONY: docker-check
+docker-check:
+	@command -v docker >/dev/null 2>&1 || { echo "make e2e-kind: docker is missing: install Docker (Debian: apt-get install docker.io)" >&2; exit 1; }
+	@docker info >/dev/null 2>&1 || { echo "make e2e-kind: no Docker engine answers at $${DOCKER_HOST:-/var/run/docker.sock}: start a Docker engine (dockerd); without root or Docker, use make e2e-local" >&2; exit 1; }
+
+.PHONY: image
+image: build ## Build the epp image FROM scratch (no base image pull) with docker.
+	hack/image.sh $(BIN)/epp $(IMAGE)
+
+$(KIND):
+	GOBIN=$(BIN) CGO_ENABLED=0 go install sigs.k8s.io/kind@$(KIND_VERSION)
+
+.PHONY: kind
+kind: $(KIND) ## Build kind from the Go module proxy into bin/kind.
+
+.PHONY: e2e-kind
+e2e-kind: docker-check e2e-tools kind image ## End to end on kind (KIND_CLUSTER, KIND_NODE_IMAGE, KEEP_CLUSTER=1): needs a Docker engine.
+	KIND=$(KIND) KIND_CLUSTER=$(KIND_CLUSTER) IMAGE=$(IMAGE) E2E_TIMEOUT=$(E2E_TIMEOUT) TF_CLI_CONFIG_FILE=$(TF_RC) hack/e2e-kind.sh
 
 ##@ Quality
 .PHONY: lint

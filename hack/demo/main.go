@@ -1,259 +1,179 @@
-// Command demo shows peer discovery working: it starts a real kube-apiserver and etcd
-// (bin/k8s), runs one bin/epp process per replica of an EPP "Deployment" whose
-// EndpointSlice it edits like the EndpointSlice controller would, and prints every
-// replica's own /debug/peers view while the replicas scale 3 -> 5 -> 2 and a pod is
-// replaced. All traffic stays on 127.0.0.1; the pod IPs are never dialed.
+// Command demo shows peer discovery working on a local control plane with real
+// controllers (no Docker): it installs charts/epp with Helm and peer discovery on,
+// runs one bin/epp process per pod (the e2e suite's process runtime), and prints a
+// live table of every replica's own /debug/peers while the release scales
+// 3 -> 5 -> 2 and a pod is deleted. Then it uninstalls and stops everything.
+// All traffic stays on 127.0.0.1; the fake pod IPs are never dialed.
 //
-// Usage: go run ./hack/demo -epp bin/epp
+// Usage (what `make demo` runs): go run ./hack/demo
 package main
 
 import (
 	"context"
-	"encoding/json"
-	"flag"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"strings"
+	"strconv"
 	"syscall"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/localcluster"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
 )
 
-type replica struct {
-	name, ip, metrics string
-	cmd               *exec.Cmd
-}
-
-type demo struct {
-	env      *testenv.Env
-	bin, ns  string
-	logDir   string
-	replicas []*replica
-	nextID   int
-}
+const (
+	ns       = "demo"
+	selector = "app.kubernetes.io/name=epp"
+)
 
 func main() {
-	bin := flag.String("epp", "bin/epp", "path of the epp binary")
-	flag.Parse()
-	if err := run(*bin); err != nil {
+	if err := run(); err != nil {
 		fmt.Fprintf(os.Stderr, "demo: %v\n", err)
 		os.Exit(1)
 	}
 }
 
-func run(bin string) error {
+type demo struct {
+	root    string
+	cluster *localcluster.Cluster
+	rt      *podproc.Runtime
+}
+
+func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Println("== starting a real kube-apiserver and etcd from bin/k8s")
-	env, err := testenv.Start()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return err
 	}
-	defer env.Stop()
-	logDir, err := os.MkdirTemp("", "epp-demo-")
+	bins, err := localcluster.DefaultBinaries()
 	if err != nil {
 		return err
 	}
-	d := &demo{env: env, bin: bin, ns: "demo", logDir: logDir}
-	defer d.stopAll()
-	if _, err := env.Clientset.CoreV1().Namespaces().Create(ctx, nsObject(d.ns), metav1.CreateOptions{}); err != nil {
+	fmt.Println("== local control plane: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (fake node)")
+	start := time.Now()
+	cluster, err := localcluster.Start(ctx, bins, prefixWriter{})
+	if cluster != nil {
+		defer cluster.Stop()
+	}
+	if err != nil {
 		return err
 	}
+	fmt.Printf("   up in %s\n", time.Since(start).Round(time.Millisecond))
+	d := &demo{root: root, cluster: cluster}
+
+	if err := d.helm(ctx, "install", "epp", filepath.Join(root, "charts", "epp"), "--namespace", ns, "--create-namespace",
+		"--set", "router.epp.peerDiscovery.enabled=true", "--wait", "--timeout", "2m"); err != nil {
+		return err
+	}
+	defer func() {
+		fmt.Println("\n== helm uninstall epp")
+		_ = d.helm(context.Background(), "uninstall", "epp", "--namespace", ns, "--wait")
+	}()
+	if d.rt, err = podproc.New(cluster.Config, filepath.Join(root, "bin", "epp"), ns, selector, "epp"); err != nil {
+		return err
+	}
+	rtCtx, stopRT := context.WithCancel(ctx)
+	go d.rt.Run(rtCtx)
+	defer func() { stopRT(); d.rt.Wait() }()
 
 	steps := []struct {
 		title string
-		apply func() error
+		do    func() error
 	}{
-		{"3 replicas with --enable-peer-discovery --epp-peer-service=epp", func() error { return d.scaleTo(ctx, 3) }},
-		{"scale 3 -> 5", func() error { return d.scaleTo(ctx, 5) }},
-		{"scale 5 -> 2", func() error { return d.scaleTo(ctx, 2) }},
-		{"delete the oldest pod (its Deployment replaces it)", func() error { return d.replaceFirst(ctx) }},
+		{"helm install epp charts/epp --set router.epp.peerDiscovery.enabled=true (3 replicas)", func() error { return nil }},
+		{"helm upgrade: scale 3 -> 5", func() error { return d.scale(ctx, 5) }},
+		{"helm upgrade: scale 5 -> 2", func() error { return d.scale(ctx, 2) }},
+		{"kubectl delete pod (the Deployment replaces it)", func() error { return d.deleteOnePod(ctx) }},
 	}
 	for _, s := range steps {
 		fmt.Printf("\n== %s\n", s.title)
-		start := time.Now()
-		if err := s.apply(); err != nil {
+		begin := time.Now()
+		if err := s.do(); err != nil {
 			return err
 		}
-		if err := d.waitConverged(ctx, 30*time.Second); err != nil {
+		if err := d.watch(ctx, 60*time.Second); err != nil {
 			return err
 		}
-		fmt.Printf("every replica sees exactly the others after %s:\n", time.Since(start).Round(time.Millisecond))
-		d.printTable()
+		fmt.Printf("   every replica lists exactly the other replicas, %s after the change\n", time.Since(begin).Round(time.Millisecond))
 	}
-	fmt.Printf("\n== done; replica logs were in %s (removed)\n", logDir)
-	return os.RemoveAll(logDir)
-}
-
-func nsObject(name string) *corev1.Namespace {
-	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
-}
-
-// scaleTo starts or stops replicas (newest first) and rewrites the Service's slice.
-func (d *demo) scaleTo(ctx context.Context, n int) error {
-	for len(d.replicas) < n {
-		if err := d.start(); err != nil {
-			return err
-		}
-	}
-	for len(d.replicas) > n {
-		last := d.replicas[len(d.replicas)-1]
-		d.replicas = d.replicas[:len(d.replicas)-1]
-		stopProcess(last)
-	}
-	return d.writeSlice(ctx)
-}
-
-func (d *demo) replaceFirst(ctx context.Context) error {
-	first := d.replicas[0]
-	d.replicas = d.replicas[1:]
-	stopProcess(first)
-	if err := d.start(); err != nil {
-		return err
-	}
-	return d.writeSlice(ctx)
-}
-
-func (d *demo) start() error {
-	id := d.nextID
-	d.nextID++
-	r := &replica{name: fmt.Sprintf("epp-%d", id), ip: fmt.Sprintf("10.244.0.%d", 10+id), metrics: freeAddr()}
-	logFile, err := os.Create(filepath.Join(d.logDir, r.name+".log"))
-	if err != nil {
-		return err
-	}
-	r.cmd = exec.Command(d.bin, "--enable-peer-discovery", "--epp-peer-service=epp",
-		"--kubeconfig="+d.env.Kubeconfig, "--metrics-bind-address="+r.metrics, "--health-probe-bind-address="+freeAddr())
-	r.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "POD_NAME=" + r.name, "POD_IP=" + r.ip, "POD_IPS=" + r.ip, "NAMESPACE=" + d.ns}
-	r.cmd.Stdout, r.cmd.Stderr = logFile, logFile
-	if err := r.cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", d.bin, err)
-	}
-	d.replicas = append(d.replicas, r)
 	return nil
 }
 
-func (d *demo) writeSlice(ctx context.Context) error {
-	opts := []slicegen.SliceOption{slicegen.Namespace(d.ns), slicegen.Ports("http", 9002, "peer-sync", 9005)}
-	for _, r := range d.replicas {
-		opts = append(opts, slicegen.Pod(r.name, r.ip))
+func (d *demo) helm(ctx context.Context, args ...string) error {
+	args = append(args, "--kubeconfig", d.cluster.Kubeconfig)
+	cmd := exec.CommandContext(ctx, filepath.Join(d.root, "bin", "helm"), args...)
+	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+os.TempDir()+"/epp-demo-helm", "HELM_CONFIG_HOME="+os.TempDir()+"/epp-demo-helm", "HELM_DATA_HOME="+os.TempDir()+"/epp-demo-helm")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("helm %v: %v\n%s", args[:2], err, out)
 	}
-	s := slicegen.Slice("epp-x7k2p", opts...)
-	api := d.env.Clientset.DiscoveryV1().EndpointSlices(d.ns)
-	cur, err := api.Get(ctx, s.Name, metav1.GetOptions{})
-	if err != nil {
-		_, err = api.Create(ctx, &s, metav1.CreateOptions{})
-		return err
-	}
-	cur.Endpoints, cur.Ports = s.Endpoints, s.Ports
-	_, err = api.Update(ctx, cur, metav1.UpdateOptions{})
-	return err
+	return nil
 }
 
-// view fetches a replica's /debug/peers as "name" list.
-func view(r *replica) ([]string, error) {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + r.metrics + "/debug/peers")
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	var doc peers.Document
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		return nil, err
-	}
-	if doc.Synced == nil || !*doc.Synced {
-		return nil, fmt.Errorf("not synced")
-	}
-	out := []string{}
-	for _, p := range doc.Peers {
-		out = append(out, fmt.Sprintf("%s (%s:%d)", p.Name, p.Address, p.Port))
-	}
-	return out, nil
+func (d *demo) scale(ctx context.Context, n int) error {
+	return d.helm(ctx, "upgrade", "epp", filepath.Join(d.root, "charts", "epp"), "--namespace", ns, "--reuse-values",
+		"--set", "router.epp.replicas="+strconv.Itoa(n))
 }
 
-func (d *demo) want(self *replica) []string {
-	out := []string{}
-	for _, r := range d.replicas {
-		if r != self {
-			out = append(out, fmt.Sprintf("%s (%s:9005)", r.name, r.ip))
-		}
+func (d *demo) deleteOnePod(ctx context.Context) error {
+	s, err := peerview.Read(ctx, d.cluster.Clientset, ns, "epp", selector)
+	if err != nil || len(s.Live) == 0 {
+		return fmt.Errorf("no pod to delete: %v", err)
 	}
-	slices.Sort(out)
-	return out
+	fmt.Printf("   deleting pod %s\n", s.Live[0].Name)
+	return d.cluster.Clientset.CoreV1().Pods(ns).Delete(ctx, s.Live[0].Name, metav1.DeleteOptions{})
 }
 
-// waitConverged polls every replica (at most 10 requests per second each, bounded by
-// timeout) until each one's view is exactly the other replicas.
-func (d *demo) waitConverged(ctx context.Context, timeout time.Duration) error {
+// watch prints the table whenever it changes (at most every 200 ms) until every
+// replica lists exactly the others, or timeout.
+func (d *demo) watch(ctx context.Context, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	last := ""
 	for {
-		pending := ""
-		for _, r := range d.replicas {
-			got, err := view(r)
-			if err != nil || !slices.Equal(got, d.want(r)) {
-				pending = fmt.Sprintf("%s sees %v (err %v), want %v", r.name, got, err, d.want(r))
-				break
+		s, err := peerview.Read(ctx, d.cluster.Clientset, ns, "epp", selector)
+		if err != nil {
+			return err
+		}
+		views := map[string]peerview.View{}
+		byUID := map[string]*podproc.Replica{}
+		for _, r := range d.rt.Replicas() {
+			byUID[string(r.UID)] = r
+		}
+		for _, p := range s.Live {
+			if r, ok := byUID[string(p.UID)]; ok {
+				doc, err := peerview.Fetch(ctx, r.MetricsAddr)
+				views[p.Name] = peerview.View{Doc: doc, Err: err}
 			}
 		}
-		if pending == "" {
+		table := peerview.Table(s, views)
+		if table != last {
+			fmt.Printf("   [%s] %d desired, %d live, %d starting/terminating\n%s", time.Now().Format("15:04:05.000"), s.Desired, len(s.Live), s.Others, table)
+			last = table
+		}
+		if s.Settled() && peerview.Diff(s.Expected(9005), views) == "" {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("not converged after %s: %s (logs in %s)", timeout, pending, d.logDir)
+			return fmt.Errorf("not converged after %s: %s", timeout, peerview.Diff(s.Expected(9005), views))
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
 }
 
-func (d *demo) printTable() {
-	fmt.Printf("  %-8s %-14s %s\n", "REPLICA", "POD IP", "ITS PEERS (from its own /debug/peers)")
-	for _, r := range d.replicas {
-		got, _ := view(r)
-		fmt.Printf("  %-8s %-14s %s\n", r.name, r.ip, strings.Join(got, ", "))
-	}
-}
+// prefixWriter indents the control plane's progress lines.
+type prefixWriter struct{}
 
-func (d *demo) stopAll() {
-	for _, r := range d.replicas {
-		stopProcess(r)
-	}
-	d.replicas = nil
-}
-
-func stopProcess(r *replica) {
-	_ = r.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { _ = r.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-done
-	}
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+func (prefixWriter) Write(p []byte) (int, error) {
+	fmt.Print("   " + string(p))
+	return len(p), nil
 }

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds the Kubernetes control-plane binaries (and etcd) of this wrapper module into
 # $1 (default ../../bin/k8s). Usage: build.sh [outdir] [component...]
-# Components: etcd kube-apiserver kube-controller-manager kube-scheduler
+# Components: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=$(mkdir -p "${1:-$here/../../bin/k8s}" && cd "${1:-$here/../../bin/k8s}" && pwd)
 shift || true
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(etcd kube-apiserver kube-controller-manager kube-scheduler)
+[ ${#components[@]} -gt 0 ] || components=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 
 version=$(awk '$1=="k8s.io/kubernetes" {print $2; exit}' "$here/go.mod")
 minor=${version#v1.}; minor=${minor%%.*}

@@ -1,0 +1,277 @@
+// Package localcluster runs a Kubernetes control plane on this machine without
+// Docker: etcd and kube-apiserver (envtest), the real kube-controller-manager (the
+// EndpointSlice, ReplicaSet, Deployment, namespace and ServiceAccount controllers
+// among others) and kube-scheduler from bin/k8s, and KWOK, which plays the kubelet of
+// one fake node: it marks scheduled pods Running and Ready and gives them IPs from
+// 10.244.0.0/24. Those IPs exist nowhere: never dial them.
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+)
+
+// PodCIDR is where KWOK takes the fake pod IPs from.
+const PodCIDR = "10.244.0.0/24"
+
+// NodeName is the fake node.
+const NodeName = "kwok-node-0"
+
+// Cluster is a running local control plane.
+type Cluster struct {
+	env *testenv.Env
+	// Config and Clientset talk to the API server as admin.
+	Config    *rest.Config
+	Clientset *kubernetes.Clientset
+	// Kubeconfig is an admin kubeconfig file.
+	Kubeconfig string
+
+	dir   string
+	procs []*process
+	log   io.Writer
+}
+
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	logf string
+}
+
+// Binaries says where the components are.
+type Binaries struct {
+	// K8sDir holds kube-controller-manager and kube-scheduler (and etcd and
+	// kube-apiserver for envtest).
+	K8sDir string
+	// Kwok is the kwok binary; KwokStages its stages configuration.
+	Kwok, KwokStages string
+}
+
+// DefaultBinaries are the ones `make e2e-tools` builds into bin/.
+func DefaultBinaries() (Binaries, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return Binaries{}, err
+	}
+	b := Binaries{
+		K8sDir:     filepath.Join(root, "bin", "k8s"),
+		Kwok:       filepath.Join(root, "bin", "kwok"),
+		KwokStages: filepath.Join(root, "bin", "kwok-stages.yaml"),
+	}
+	for _, p := range []string{filepath.Join(b.K8sDir, "kube-controller-manager"), filepath.Join(b.K8sDir, "kube-scheduler"), b.Kwok, b.KwokStages} {
+		if _, err := os.Stat(p); err != nil {
+			return b, fmt.Errorf("%s not found: run `make e2e-tools` (make e2e-local and make test do it) to build it from the Go module proxy", p)
+		}
+	}
+	return b, nil
+}
+
+// Start starts the control plane and waits until the fake node is Ready and the
+// "default" ServiceAccount exists. progress (may be nil) receives one line per step.
+// Call Stop, also when Start fails.
+func Start(ctx context.Context, bins Binaries, progress io.Writer) (*Cluster, error) {
+	if progress == nil {
+		progress = io.Discard
+	}
+	c := &Cluster{log: progress}
+	var err error
+	if c.dir, err = os.MkdirTemp("", "epp-localcluster-"); err != nil {
+		return c, err
+	}
+	fmt.Fprintln(progress, "starting etcd and kube-apiserver")
+	if c.env, err = testenv.Start(); err != nil {
+		return c, err
+	}
+	c.Config, c.Clientset, c.Kubeconfig = c.env.Config, c.env.Clientset, c.env.Kubeconfig
+
+	kcmPort, schedPort, kwokPort := freePort(), freePort(), freePort()
+	auth := []string{"--kubeconfig=" + c.Kubeconfig, "--authentication-kubeconfig=" + c.Kubeconfig, "--authorization-kubeconfig=" + c.Kubeconfig}
+	fmt.Fprintln(progress, "starting kube-controller-manager, kube-scheduler and kwok")
+	if err := c.start("kube-controller-manager", filepath.Join(bins.K8sDir, "kube-controller-manager"), append(auth,
+		"--leader-elect=false", "--controllers=*", "--use-service-account-credentials=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(kcmPort),
+		// Fast reactions for tests: no batching of EndpointSlice updates.
+		"--endpointslice-updates-batch-period=0s",
+	)...); err != nil {
+		return c, err
+	}
+	if err := c.start("kube-scheduler", filepath.Join(bins.K8sDir, "kube-scheduler"), append(auth,
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(schedPort),
+	)...); err != nil {
+		return c, err
+	}
+	if err := c.start("kwok", bins.Kwok,
+		"--kubeconfig="+c.Kubeconfig,
+		"--config="+bins.KwokStages,
+		"--manage-all-nodes=false",
+		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+		"--cidr="+PodCIDR,
+		"--node-ip=10.255.0.1", // outside PodCIDR
+		"--server-address=127.0.0.1:"+strconv.Itoa(kwokPort),
+	); err != nil {
+		return c, err
+	}
+	if err := c.createNode(ctx); err != nil {
+		return c, err
+	}
+	fmt.Fprintln(progress, "waiting for the fake node and the default ServiceAccount")
+	if err := c.waitReady(ctx, 2*time.Minute); err != nil {
+		return c, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(name, bin string, args ...string) error {
+	logf := filepath.Join(c.dir, name+".log")
+	f, err := os.Create(logf)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("starting %s: %w", name, err)
+	}
+	p := &process{name: name, cmd: cmd, done: make(chan struct{}), logf: logf}
+	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
+	c.procs = append(c.procs, p)
+	return nil
+}
+
+func (c *Cluster) createNode(ctx context.Context) error {
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        NodeName,
+			Annotations: map[string]string{"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+			Labels:      map[string]string{"kubernetes.io/hostname": NodeName, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", "type": "kwok"},
+		},
+		Status: corev1.NodeStatus{
+			Capacity: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("110"),
+			},
+			Allocatable: corev1.ResourceList{
+				corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("110"),
+			},
+		},
+	}
+	_, err := c.Clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the fake node: %w", err)
+	}
+	return nil
+}
+
+func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		for _, p := range c.procs {
+			select {
+			case <-p.done:
+				return false, fmt.Errorf("%s exited: %s", p.name, c.tail(p, 20))
+			default:
+			}
+		}
+		node, err := c.Clientset.CoreV1().Nodes().Get(ctx, NodeName, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		ready := false
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		if !ready {
+			last = "node " + NodeName + " not Ready (kwok)"
+			return false, nil
+		}
+		if _, err := c.Clientset.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			last = "no default ServiceAccount yet (kube-controller-manager): " + err.Error()
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("local cluster not ready after %s: %v (last: %s)", timeout, err, last)
+	}
+	return nil
+}
+
+// tail returns the last n lines of a component's log.
+func (c *Cluster) tail(p *process, n int) string {
+	b, _ := os.ReadFile(p.logf)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	out := ""
+	for _, l := range lines {
+		out += "\n  " + l
+	}
+	return out
+}
+
+// Logs returns the last n lines of every component's log, for failure reports.
+func (c *Cluster) Logs(n int) string {
+	out := ""
+	for _, p := range c.procs {
+		out += fmt.Sprintf("--- %s (%s)%s\n", p.name, p.logf, c.tail(p, n))
+	}
+	return out
+}
+
+// Stop stops every component (SIGTERM, then SIGKILL after 10 s) and removes the
+// temporary files.
+func (c *Cluster) Stop() {
+	var wg sync.WaitGroup
+	for _, p := range c.procs {
+		wg.Go(func() {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				_ = p.cmd.Process.Kill()
+				<-p.done
+			}
+		})
+	}
+	wg.Wait()
+	if c.env != nil {
+		c.env.Stop()
+	}
+	if c.dir != "" {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

@@ -1,0 +1,292 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gruntwork-io/terratest/modules/k8s"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
+)
+
+const selector = "app.kubernetes.io/name=epp"
+
+func TestPeerDiscovery(t *testing.T) {
+	for _, ch := range channels() {
+		for _, enabled := range []bool{true, false} {
+			state := map[bool]string{true: "on", false: "off"}[enabled]
+			t.Run(ch.name()+"/"+state, func(t *testing.T) {
+				ns := fmt.Sprintf("e2e-%s-%s-%s", ch.name(), state, rand.String(5))
+				runCase(t, ch, ns, enabled)
+			})
+		}
+	}
+}
+
+func runCase(t *testing.T, ch channel, ns string, enabled bool) {
+	ctx := context.Background()
+	if !ch.createsNamespace() {
+		if _, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+			Name:   ns,
+			Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+		}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = clientset.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	}
+	var v viewer
+	if backend == "local" {
+		v = newLocalViewer(t, ns)
+	} else {
+		v = newKindViewer(ns)
+	}
+	t.Cleanup(v.close)
+	uninstalled := false
+	t.Cleanup(func() {
+		if t.Failed() {
+			report(t, ns, v)
+		}
+		if !uninstalled {
+			ch.uninstall(t, ns)
+		}
+	})
+
+	step := func(name string, change func()) {
+		t.Helper()
+		start := time.Now()
+		change()
+		waitConverged(t, ctx, ns, v, name)
+		took := time.Since(start)
+		record("%-9s %-20s %6.2fs", ch.name(), name, took.Seconds())
+		t.Logf("%s: converged in %s", name, took.Round(time.Millisecond))
+	}
+
+	if enabled {
+		step("install (3)", func() { ch.install(t, ns, true, 3) })
+		step("scale 3 -> 5", func() { ch.scale(t, ns, 5) })
+		step("scale 5 -> 2", func() { ch.scale(t, ns, 2) })
+		step("delete a pod", func() {
+			s := read(t, ctx, ns)
+			victim := s.Live[0].Name
+			t.Logf("deleting pod %s", victim)
+			if err := clientset.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitGone(t, ctx, ns, victim)
+		})
+	} else {
+		ch.install(t, ns, false, 3)
+		checkOff(t, ctx, ns, v)
+	}
+
+	ch.uninstall(t, ns)
+	uninstalled = true
+	waitNothingLeft(t, ctx, ns, ch.createsNamespace())
+}
+
+func read(t *testing.T, ctx context.Context, ns string) peerview.State {
+	t.Helper()
+	s, err := peerview.Read(ctx, clientset, ns, "epp", selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// waitConverged polls (every 250 ms, at most 90 s) until the Deployment has settled
+// and every live replica lists exactly the other live replicas.
+func waitConverged(t *testing.T, ctx context.Context, ns string, v viewer, step string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	last := ""
+	for {
+		s, err := peerview.Read(ctx, clientset, ns, "epp", selector)
+		switch {
+		case err != nil:
+			last = err.Error()
+		case !s.Settled():
+			last = fmt.Sprintf("deployment not settled: %d desired, %d live, %d other pods", s.Desired, len(s.Live), s.Others)
+		default:
+			views := v.views(ctx, t, s.Live)
+			if last = peerview.Diff(s.Expected(9005), views); last == "" {
+				t.Logf("%s:\n%s", step, peerview.Table(s, views))
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not converged after 90s: %s", step, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func waitGone(t *testing.T, ctx context.Context, ns, pod string) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if _, err := clientset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s still exists 60s after its deletion", pod)
+		}
+	}
+}
+
+// checkOff: every replica says enabled=false, no peer flags, no endpointslices access.
+func checkOff(t *testing.T, ctx context.Context, ns string, v viewer) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		s := read(t, ctx, ns)
+		if s.Settled() {
+			views := v.views(ctx, t, s.Live)
+			ok := len(views) == len(s.Live)
+			for _, view := range views {
+				if view.Err != nil {
+					ok = false
+				}
+			}
+			if ok {
+				for name, view := range views {
+					if view.Doc.Enabled || len(view.Doc.Peers) != 0 || view.Doc.Peers == nil {
+						t.Fatalf("%s with peer discovery off: %+v", name, view.Doc)
+					}
+				}
+				for _, p := range s.Live {
+					for _, a := range p.Spec.Containers[0].Args {
+						if strings.HasPrefix(a, "--enable-peer-discovery") || strings.HasPrefix(a, "--epp-peer-") {
+							t.Fatalf("pod %s has peer flag %q with peer discovery off", p.Name, a)
+						}
+					}
+					for _, port := range p.Spec.Containers[0].Ports {
+						if port.Name == "peer-sync" {
+							t.Fatalf("pod %s has a peer-sync port with peer discovery off", p.Name)
+						}
+					}
+				}
+				for _, verb := range []string{"get", "list", "watch"} {
+					sar, err := clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+						User:               "system:serviceaccount:" + ns + ":epp",
+						Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+						ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: "discovery.k8s.io", Resource: "endpointslices"},
+					}}, metav1.CreateOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if sar.Status.Allowed {
+						t.Fatalf("peer discovery off, yet ServiceAccount epp may %s endpointslices (%s)", verb, sar.Status.Reason)
+					}
+				}
+				t.Logf("off:\n%s", peerview.Table(s, views))
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas not serving /debug/peers after 90s")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// waitNothingLeft waits until the namespace holds none of the objects the channel
+// made (or, when the channel owns the namespace, until the namespace is gone).
+func waitNothingLeft(t *testing.T, ctx context.Context, ns string, ownsNamespace bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		left := leftovers(ctx, ns, ownsNamespace)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after uninstall, left behind in %s: %v", ns, left)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func leftovers(ctx context.Context, ns string, ownsNamespace bool) []string {
+	var left []string
+	if ownsNamespace {
+		if _, err := clientset.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return []string{"namespace " + ns}
+		}
+		return nil
+	}
+	add := func(kind string, n int, err error) {
+		if err != nil {
+			left = append(left, kind+": "+err.Error())
+		} else if n > 0 {
+			left = append(left, fmt.Sprintf("%d %s", n, kind))
+		}
+	}
+	opts := metav1.ListOptions{}
+	d, err := clientset.AppsV1().Deployments(ns).List(ctx, opts)
+	add("deployments", len(d.Items), err)
+	rs, err := clientset.AppsV1().ReplicaSets(ns).List(ctx, opts)
+	add("replicasets", len(rs.Items), err)
+	p, err := clientset.CoreV1().Pods(ns).List(ctx, opts)
+	add("pods", len(p.Items), err)
+	s, err := clientset.CoreV1().Services(ns).List(ctx, opts)
+	add("services", len(s.Items), err)
+	es, err := clientset.DiscoveryV1().EndpointSlices(ns).List(ctx, opts)
+	add("endpointslices", len(es.Items), err)
+	r, err := clientset.RbacV1().Roles(ns).List(ctx, opts)
+	add("roles", len(r.Items), err)
+	rb, err := clientset.RbacV1().RoleBindings(ns).List(ctx, opts)
+	add("rolebindings", len(rb.Items), err)
+	pdb, err := clientset.PolicyV1().PodDisruptionBudgets(ns).List(ctx, opts)
+	add("poddisruptionbudgets", len(pdb.Items), err)
+	sec, err := clientset.CoreV1().Secrets(ns).List(ctx, opts)
+	add("secrets", len(sec.Items), err)
+	if sa, err := clientset.CoreV1().ServiceAccounts(ns).List(ctx, opts); err != nil {
+		add("serviceaccounts", 0, err)
+	} else {
+		n := 0
+		for _, a := range sa.Items {
+			if a.Name != "default" {
+				n++
+			}
+		}
+		add("serviceaccounts besides default", n, nil)
+	}
+	return left
+}
+
+// report prints what a person needs to see why a case failed.
+func report(t *testing.T, ns string, v viewer) {
+	ctx := context.Background()
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n===== diagnostics for namespace %s =====\n", ns)
+	if pods, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{}); err == nil {
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "pod %s phase=%s ip=%s ready=%v deleting=%v\n", p.Name, p.Status.Phase, p.Status.PodIP, peerview.Ready(&p), p.DeletionTimestamp != nil)
+		}
+		s, _ := peerview.Read(ctx, clientset, ns, "epp", selector)
+		views := v.views(ctx, t, s.Live)
+		for name, view := range views {
+			fmt.Fprintf(&b, "--- %s /debug/peers: %+v err=%v\n", name, view.Doc, view.Err)
+		}
+		for _, p := range pods.Items {
+			fmt.Fprintf(&b, "--- logs of %s:\n%s\n", p.Name, v.logs(t, p.Name))
+		}
+	}
+	if out, err := k8s.RunKubectlAndGetOutputE(t, kubectlOptions(ns), "get", "events", "--sort-by=.lastTimestamp"); err == nil {
+		fmt.Fprintf(&b, "--- events:\n%s\n", out)
+	}
+	if local != nil {
+		fmt.Fprintf(&b, "--- control plane:\n%s", local.Logs(15))
+	}
+	t.Log(b.String())
+}

@@ -1,0 +1,198 @@
+// Package peerview compares what each EPP replica says its peers are (its own
+// /debug/peers) with what the cluster says they should be: every other ready pod of
+// the Deployment, by name and pod IP.
+package peerview
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+)
+
+// Ready reports whether a pod is a live replica: Running, Ready, with an IP, not
+// being deleted.
+func Ready(p *corev1.Pod) bool {
+	if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// State is the Deployment's pods at one moment.
+type State struct {
+	Desired int32
+	// Live are the ready pods, ordered by name.
+	Live []corev1.Pod
+	// Others counts pods that exist but are not live (starting or terminating).
+	Others int
+}
+
+// Read lists the Deployment and its pods.
+func Read(ctx context.Context, cs kubernetes.Interface, namespace, deployment, selector string) (State, error) {
+	var s State
+	dep, err := cs.AppsV1().Deployments(namespace).Get(ctx, deployment, metav1.GetOptions{})
+	if err != nil {
+		return s, err
+	}
+	s.Desired = ptrOr(dep.Spec.Replicas, 1)
+	pods, err := cs.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return s, err
+	}
+	for i := range pods.Items {
+		if Ready(&pods.Items[i]) {
+			s.Live = append(s.Live, pods.Items[i])
+		} else {
+			s.Others++
+		}
+	}
+	sort.Slice(s.Live, func(i, j int) bool { return s.Live[i].Name < s.Live[j].Name })
+	return s, nil
+}
+
+func ptrOr(p *int32, def int32) int32 {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// Settled reports whether the Deployment has exactly its desired number of pods, all
+// live.
+func (s State) Settled() bool { return int(s.Desired) == len(s.Live) && s.Others == 0 }
+
+// Expected is, for each live pod, the peers it must list: "namespace/name@ip:port" of
+// every other live pod.
+func (s State) Expected(port int32) map[string][]string {
+	out := map[string][]string{}
+	for _, self := range s.Live {
+		want := []string{}
+		for _, p := range s.Live {
+			if p.Name != self.Name {
+				want = append(want, Format(p.Namespace, p.Name, p.Status.PodIP, port))
+			}
+		}
+		sort.Strings(want)
+		out[self.Name] = want
+	}
+	return out
+}
+
+// Format renders one peer the way Expected does.
+func Format(namespace, name, ip string, port int32) string {
+	return fmt.Sprintf("%s/%s@%s", namespace, name, net.JoinHostPort(ip, fmt.Sprint(port)))
+}
+
+// Listed renders a document's peers the way Expected does.
+func Listed(doc peers.Document) []string {
+	out := []string{}
+	for _, p := range doc.Peers {
+		out = append(out, Format(p.Namespace, p.Name, p.Address, p.Port))
+	}
+	return out
+}
+
+var client = &http.Client{Timeout: 2 * time.Second}
+
+// Fetch reads /debug/peers from addr, which must be a loopback address: views are
+// read through 127.0.0.1 (a local process or a port-forward), never from pod IPs.
+func Fetch(ctx context.Context, addr string) (peers.Document, error) {
+	var doc peers.Document
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return doc, err
+	}
+	if ip := net.ParseIP(host); (ip == nil && host != "localhost") || (ip != nil && !ip.IsLoopback()) {
+		return doc, fmt.Errorf("refusing to read %s: views are read through 127.0.0.1 only", addr)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/peers", nil)
+	if err != nil {
+		return doc, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return doc, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return doc, fmt.Errorf("GET /debug/peers: %s", resp.Status)
+	}
+	return doc, json.NewDecoder(resp.Body).Decode(&doc)
+}
+
+// View is one replica's answer.
+type View struct {
+	Doc peers.Document
+	Err error
+}
+
+// Diff returns "" when every live pod has a view listing exactly its expected peers,
+// synced, and a description of the first differences otherwise.
+func Diff(expected map[string][]string, views map[string]View) string {
+	var problems []string
+	names := make([]string, 0, len(expected))
+	for n := range expected {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		v, ok := views[n]
+		switch {
+		case !ok:
+			problems = append(problems, n+": no replica view yet")
+		case v.Err != nil:
+			problems = append(problems, fmt.Sprintf("%s: %v", n, v.Err))
+		case v.Doc.Synced == nil || !*v.Doc.Synced:
+			problems = append(problems, n+": not synced")
+		case !slices.Equal(Listed(v.Doc), expected[n]):
+			problems = append(problems, fmt.Sprintf("%s lists %v, want %v", n, Listed(v.Doc), expected[n]))
+		}
+	}
+	return strings.Join(problems, "; ")
+}
+
+// Table renders replica -> peers for people.
+func Table(s State, views map[string]View) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "  %-24s %-13s %s\n", "REPLICA", "POD IP", "ITS PEERS (from its own /debug/peers)")
+	for _, p := range s.Live {
+		v, ok := views[p.Name]
+		cell := "(starting)"
+		switch {
+		case ok && v.Err != nil:
+			cell = "(" + v.Err.Error() + ")"
+		case ok && !v.Doc.Enabled:
+			cell = "(peer discovery off)"
+		case ok && (v.Doc.Synced == nil || !*v.Doc.Synced):
+			cell = "(syncing)"
+		case ok:
+			var names []string
+			for _, q := range v.Doc.Peers {
+				names = append(names, q.Name)
+			}
+			cell = strings.Join(names, ", ")
+			if cell == "" {
+				cell = "(none)"
+			}
+		}
+		fmt.Fprintf(&b, "  %-24s %-13s %s\n", p.Name, p.Status.PodIP, cell)
+	}
+	return b.String()
+}

@@ -1,0 +1,118 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/gruntwork-io/terratest/modules/k8s"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
+)
+
+// viewer reads each live pod's /debug/peers through 127.0.0.1.
+type viewer interface {
+	views(ctx context.Context, t *testing.T, live []corev1.Pod) map[string]peerview.View
+	// logs returns a replica's output for failure reports.
+	logs(t *testing.T, pod string) string
+	close()
+}
+
+// localViewer: the replicas are bin/epp processes run by podproc.
+type localViewer struct {
+	rt     *podproc.Runtime
+	cancel context.CancelFunc
+}
+
+func newLocalViewer(t *testing.T, ns string) *localViewer {
+	rt, err := podproc.New(local.Config, eppBin, ns, "app.kubernetes.io/name=epp", "epp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go rt.Run(ctx)
+	return &localViewer{rt: rt, cancel: cancel}
+}
+
+func (v *localViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod) map[string]peerview.View {
+	out := map[string]peerview.View{}
+	byUID := map[string]*podproc.Replica{}
+	for _, r := range v.rt.Replicas() {
+		byUID[string(r.UID)] = r
+	}
+	for _, p := range live {
+		r, ok := byUID[string(p.UID)]
+		if !ok {
+			continue
+		}
+		doc, err := peerview.Fetch(ctx, r.MetricsAddr)
+		out[p.Name] = peerview.View{Doc: doc, Err: err}
+	}
+	for _, err := range v.rt.Errors() {
+		t.Logf("process runtime: %v", err)
+	}
+	return out
+}
+
+func (v *localViewer) logs(_ *testing.T, pod string) string {
+	for _, r := range v.rt.Replicas() {
+		if r.Pod == pod {
+			return r.Log()
+		}
+	}
+	return "(no process)"
+}
+
+func (v *localViewer) close() { v.cancel(); v.rt.Wait() }
+
+// kindViewer: the replicas run in kind; each is read through a port-forward.
+type kindViewer struct {
+	ns      string
+	mu      sync.Mutex
+	tunnels map[string]*k8s.Tunnel // by pod UID
+}
+
+func newKindViewer(ns string) *kindViewer {
+	return &kindViewer{ns: ns, tunnels: map[string]*k8s.Tunnel{}}
+}
+
+func (v *kindViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod) map[string]peerview.View {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := map[string]peerview.View{}
+	for _, p := range live {
+		tun, ok := v.tunnels[string(p.UID)]
+		if !ok {
+			tun = k8s.NewTunnel(kubectlOptions(v.ns), k8s.ResourceTypePod, p.Name, 0, 9090)
+			if err := tun.ForwardPortE(t); err != nil {
+				out[p.Name] = peerview.View{Err: fmt.Errorf("port-forward: %w", err)}
+				continue
+			}
+			v.tunnels[string(p.UID)] = tun
+		}
+		doc, err := peerview.Fetch(ctx, tun.Endpoint())
+		out[p.Name] = peerview.View{Doc: doc, Err: err}
+	}
+	return out
+}
+
+func (v *kindViewer) logs(t *testing.T, pod string) string {
+	out, err := k8s.RunKubectlAndGetOutputE(t, kubectlOptions(v.ns), "logs", pod, "--tail=40")
+	if err != nil {
+		return err.Error()
+	}
+	return out
+}
+
+func (v *kindViewer) close() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, tun := range v.tunnels {
+		tun.Close()
+	}
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the epp image from bin/epp (static) with docker. Usage: image.sh <binary> <tag>
+set -euo pipefail
+bin=$1
+tag=$2
+if ! command -v docker >/dev/null 2>&1; then
+  echo "make image: docker is missing: install Docker (Debian: apt-get install docker.io)" >&2
+  exit 1
+fi
+if ! docker info >/dev/null 2>&1; then
+  echo "make image: no Docker engine answers at ${DOCKER_HOST:-/var/run/docker.sock}: start a Docker engine (dockerd); without root or Docker, use make e2e-local" >&2
+  exit 1
+fi
+ctx=$(mktemp -d)
+trap 'rm -rf "$ctx"' EXIT
+cp "$bin" "$ctx/epp"
+cp "$(dirname "$0")/image/Dockerfile" "$ctx/Dockerfile"
+docker build --quiet -t "$tag" "$ctx" >/dev/null
+echo "built image $tag ($(docker image inspect -f '{{.Size}}' "$tag") bytes)"
