@@ -10,6 +10,8 @@ K8S_BIN     := $(BIN)/k8s
 K8S_VERSION := $(shell awk '$$1=="k8s.io/kubernetes" {print $$2; exit}' hack/k8s/go.mod)
 K8S_STAMP   := $(K8S_BIN)/.built-$(K8S_VERSION)
 FUZZTIME    ?= 15s
+# Long Go builds print a line every 30 s instead of staying silent.
+HEARTBEAT   := . hack/lib.sh && heartbeat
 GO_TEST_FLAGS ?=
 
 # envtest finds etcd and kube-apiserver here unless the caller points elsewhere.
@@ -38,7 +40,8 @@ demo: e2e-demo-tools ## Show it working: the chart with peer discovery on a loca
 ##@ Build
 .PHONY: build
 build: ## Build bin/epp.
-	CGO_ENABLED=0 go build -trimpath -o $(BIN)/epp ./controller/cmd/epp
+	@echo "building bin/epp"
+	@$(HEARTBEAT) env CGO_ENABLED=0 go build -trimpath -o $(BIN)/epp ./controller/cmd/epp
 
 .PHONY: k8s
 k8s: $(K8S_STAMP) ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler into bin/k8s (once; ~8 min cold).
@@ -96,7 +99,7 @@ E2E_TIMEOUT ?= 40m
 
 $(BIN)/helm: go.mod
 	@echo "building helm $(HELM_VERSION) (the go.mod tool) into bin/helm"
-	CGO_ENABLED=0 go build -trimpath -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
+	@$(HEARTBEAT) env CGO_ENABLED=0 go build -trimpath -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
 
 $(BIN)/kwok $(BIN)/kwok-stages.yaml: hack/kwok.sh
 	hack/kwok.sh $(BIN)/kwok $(BIN)/kwok-stages.yaml
@@ -127,7 +130,8 @@ image: build ## Build the epp image FROM scratch (no base image pull) with docke
 	hack/image.sh $(BIN)/epp $(IMAGE)
 
 $(KIND):
-	GOBIN=$(BIN) CGO_ENABLED=0 go install sigs.k8s.io/kind@$(KIND_VERSION)
+	@echo "building kind $(KIND_VERSION) from the Go module proxy into bin/kind"
+	@$(HEARTBEAT) env GOBIN=$(BIN) CGO_ENABLED=0 go install sigs.k8s.io/kind@$(KIND_VERSION)
 
 .PHONY: kind
 kind: $(KIND) ## Build kind from the Go module proxy into bin/kind.

@@ -1,8 +1,6 @@
 package charts_test
 
 import (
-	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -11,17 +9,7 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "chart tests need a real API server: %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, "chart tests", func(e *testenv.Env) { env = e }) }
 
 // vals builds a values map from dotted keys, like helm's --set: vals("a.b", 1).
 func vals(kv ...any) map[string]any {

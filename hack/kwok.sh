@@ -4,6 +4,7 @@
 # pod-delete stages that the kwok module ships under kustomize/stage/ (standalone kwok
 # ships none).
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 bin=$1
 stages=$2
 version=${KWOK_VERSION:-v0.8.0}
@@ -12,7 +13,7 @@ if [ ! -x "$bin" ]; then
   echo "building kwok $version from the Go module proxy (1-2 minutes cold)" >&2
   gobin=$(mktemp -d)
   trap 'rm -rf "$gobin"' EXIT
-  CGO_ENABLED=0 GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "$mod/cmd/kwok@$version"
+  CGO_ENABLED=0 GOBIN="$gobin" heartbeat go install -trimpath -ldflags "-s -w" "$mod/cmd/kwok@$version"
   mkdir -p "$(dirname "$bin")"
   mv "$gobin/kwok" "$bin"
 fi

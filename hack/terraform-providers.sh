@@ -6,6 +6,7 @@
 # The mirror path carries the version Terraform believes (the provider release the
 # pinned commit belongs to); versions.tf accepts it.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 mirror=$1
 rc=$2
 os_arch="$(go env GOOS)_$(go env GOARCH)"
@@ -25,7 +26,7 @@ for p in "${providers[@]}"; do
   fi
   echo "building terraform-provider-$name $label from $mod (about 3 minutes cold)" >&2
   start=$(date +%s)
-  CGO_ENABLED=0 GOBIN="$gobin" go install -trimpath -ldflags "-s -w" "$mod"
+  CGO_ENABLED=0 GOBIN="$gobin" heartbeat go install -trimpath -ldflags "-s -w" "$mod"
   mkdir -p "$dir"
   mv "$gobin/terraform-provider-$name" "$bin"
   echo "built terraform-provider-$name in $(( $(date +%s) - start ))s" >&2

@@ -3,6 +3,7 @@
 # machines without terraform. OpenTofu's go.mod has a replace directive, so
 # `go install` refuses it; build inside a writable copy of the downloaded module.
 set -euo pipefail
+. "$(dirname "$0")/lib.sh"
 out=$1
 version=${TOFU_VERSION:-v1.10.10}
 mod=github.com/opentofu/opentofu
@@ -16,7 +17,7 @@ cp -r "$src/." "$work/"
 chmod -R u+w "$work"
 mkdir -p "$(dirname "$out")"
 out_abs="$(cd "$(dirname "$out")" && pwd)/$(basename "$out")"
-(cd "$work" && CGO_ENABLED=0 go build -trimpath \
+(cd "$work" && CGO_ENABLED=0 heartbeat go build -trimpath \
   -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" \
   -o "$out_abs" ./cmd/tofu)
 echo "built $("$out_abs" version | head -1) in $(( $(date +%s) - start ))s" >&2

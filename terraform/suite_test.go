@@ -1,8 +1,6 @@
 package terraform_test
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
@@ -10,14 +8,4 @@ import (
 
 var env *testenv.Env
 
-func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "terraform tests need a real API server: %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	env.Stop()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testenv.Main(m, "terraform tests", func(e *testenv.Env) { env = e }) }

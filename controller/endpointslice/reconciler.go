@@ -7,7 +7,6 @@ import (
 	"io"
 	"math"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -40,10 +39,8 @@ type Reconciler struct {
 	log     logr.Logger
 	now     func() time.Time
 
-	mu       sync.Mutex // serializes recomputes (the controller runs one worker; tests call directly)
-	synced   atomic.Bool
-	syncedAt atomic.Pointer[time.Time]
-	lastErr  atomic.Pointer[error]
+	mu sync.Mutex // serializes recomputes
+	peers.SourceStatus
 }
 
 var (
@@ -65,11 +62,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, _ reconcile.Request) (reconc
 	if err := r.recompute(ctx); err != nil {
 		return reconcile.Result{}, err
 	}
-	if !r.synced.Load() {
-		now := r.now()
-		r.syncedAt.Store(&now)
-		r.synced.Store(true)
-		r.lastErr.Store(nil)
+	if r.MarkSynced(r.now()) {
 		metrics.Synced.Set(1)
 		r.log.Info("peer discovery synced", "namespace", r.cfg.Namespace, "service", r.cfg.Service, "peers", r.tracker.Len())
 	}
@@ -99,25 +92,6 @@ func (r *Reconciler) recompute(ctx context.Context) error {
 	return nil
 }
 
-// Synced reports whether the initial list of slices completed and was published.
-func (r *Reconciler) Synced() bool { return r.synced.Load() }
-
-// SyncedAt is when the initial list completed (zero before).
-func (r *Reconciler) SyncedAt() time.Time {
-	if t := r.syncedAt.Load(); t != nil {
-		return *t
-	}
-	return time.Time{}
-}
-
-// LastError is the last list/watch error, nil when there was none.
-func (r *Reconciler) LastError() error {
-	if e := r.lastErr.Load(); e != nil {
-		return *e
-	}
-	return nil
-}
-
 // WatchErrorHandler logs and counts list/watch failures of the informer. A
 // forbidden error names the missing permission.
 func (r *Reconciler) WatchErrorHandler(_ context.Context, _ *toolscache.Reflector, err error) {
@@ -131,7 +105,7 @@ func (r *Reconciler) WatchErrorHandler(_ context.Context, _ *toolscache.Reflecto
 		err = fmt.Errorf("list/watch of endpointslices in namespace %q failed: %w", r.cfg.Namespace, err)
 		metrics.Errors.WithLabelValues(metrics.ReasonWatch).Inc()
 	}
-	r.lastErr.Store(&err)
+	r.SetError(err)
 	r.log.Error(err, "peer discovery cannot read EndpointSlices", "namespace", r.cfg.Namespace, "service", r.cfg.Service)
 }
 

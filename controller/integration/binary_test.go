@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -55,16 +54,7 @@ func buildEpp(t *testing.T) string {
 	return eppBin
 }
 
-// freeAddr returns a 127.0.0.1 address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+func freeAddr(*testing.T) string { return testenv.FreeAddr() }
 
 // minimalEnv is the environment of a process that has no kubeconfig anywhere.
 func minimalEnv(t *testing.T, kv ...string) []string {

@@ -28,18 +28,11 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	var err error
-	env, err = testenv.Start()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "integration tests need a real API server: %v\n", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	env.Stop()
-	if eppBin != "" {
-		_ = os.RemoveAll(filepath.Dir(eppBin))
-	}
-	os.Exit(code)
+	testenv.Main(m, "integration tests", func(e *testenv.Env) { env = e }, func() {
+		if eppBin != "" {
+			_ = os.RemoveAll(filepath.Dir(eppBin))
+		}
+	})
 }
 
 // logBuffer collects log lines for assertions; safe for concurrent use.

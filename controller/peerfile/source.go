@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -40,9 +39,7 @@ type Source struct {
 
 	seen     string // what the last read saw: the content or the error
 	seenOnce bool
-	synced   atomic.Bool
-	syncedAt atomic.Pointer[time.Time]
-	lastErr  atomic.Pointer[error]
+	peers.SourceStatus
 }
 
 // NewSource returns a Source for the file at path. Entries without a namespace get
@@ -53,25 +50,6 @@ func NewSource(path string, def Defaults, self peerset.Self, n peers.PeerNotifie
 		path: path, defaults: def, self: self, selfNS: def.Namespace,
 		tracker: peers.NewTracker(n), log: log, now: time.Now, PollInterval: DefaultPollInterval,
 	}
-}
-
-// Synced reports whether a good file was loaded.
-func (s *Source) Synced() bool { return s.synced.Load() }
-
-// SyncedAt is when the first good file was loaded.
-func (s *Source) SyncedAt() time.Time {
-	if t := s.syncedAt.Load(); t != nil {
-		return *t
-	}
-	return time.Time{}
-}
-
-// LastError is the error of the last rejected read, nil after a good one.
-func (s *Source) LastError() error {
-	if e := s.lastErr.Load(); e != nil {
-		return *e
-	}
-	return nil
 }
 
 // Run loads the file and reloads it on every change until ctx ends.
@@ -139,7 +117,7 @@ func (s *Source) reload() {
 	}
 	s.seen, s.seenOnce = seen, true
 	switch {
-	case errors.Is(err, fs.ErrNotExist) && !s.synced.Load():
+	case errors.Is(err, fs.ErrNotExist) && !s.Synced():
 		s.fail(metrics.ReasonRead, fmt.Errorf("peers file %s does not exist yet; not ready until it appears", s.path))
 		return
 	case errors.Is(err, fs.ErrNotExist):
@@ -162,14 +140,10 @@ func (s *Source) reload() {
 	}
 	change := s.tracker.Publish(kept)
 	metrics.ObserveChange(change, len(kept), s.now())
-	s.lastErr.Store(nil)
 	if !change.Empty() {
 		s.log.Info("peer set changed", "file", s.path, "peers", len(kept), "upserted", ids(change.Upserts), "deleted", change.Deletes)
 	}
-	if !s.synced.Load() {
-		now := s.now()
-		s.syncedAt.Store(&now)
-		s.synced.Store(true)
+	if s.MarkSynced(s.now()) {
 		metrics.Synced.Set(1)
 		s.log.Info("peer discovery synced", "file", s.path, "peers", len(kept))
 	}
@@ -177,7 +151,7 @@ func (s *Source) reload() {
 
 func (s *Source) fail(reason string, err error) {
 	metrics.Errors.WithLabelValues(reason).Inc()
-	s.lastErr.Store(&err)
+	s.SetError(err)
 	s.log.Error(err, "peers file not loaded", "file", s.path)
 }
 

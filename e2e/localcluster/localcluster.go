@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -104,19 +103,19 @@ func Start(ctx context.Context, bins Binaries, progress io.Writer) (*Cluster, er
 	}
 	c.Config, c.Clientset, c.Kubeconfig = c.env.Config, c.env.Clientset, c.env.Kubeconfig
 
-	kcmPort, schedPort, kwokPort := freePort(), freePort(), freePort()
+	kcmPort, schedPort, kwokPort := port(testenv.FreeAddr()), port(testenv.FreeAddr()), testenv.FreeAddr()
 	auth := []string{"--kubeconfig=" + c.Kubeconfig, "--authentication-kubeconfig=" + c.Kubeconfig, "--authorization-kubeconfig=" + c.Kubeconfig}
 	fmt.Fprintln(progress, "starting kube-controller-manager, kube-scheduler and kwok")
 	if err := c.start("kube-controller-manager", filepath.Join(bins.K8sDir, "kube-controller-manager"), append(auth,
 		"--leader-elect=false", "--controllers=*", "--use-service-account-credentials=false",
-		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(kcmPort),
+		"--bind-address=127.0.0.1", "--secure-port="+kcmPort,
 		// Fast reactions for tests: no batching of EndpointSlice updates.
 		"--endpointslice-updates-batch-period=0s",
 	)...); err != nil {
 		return c, err
 	}
 	if err := c.start("kube-scheduler", filepath.Join(bins.K8sDir, "kube-scheduler"), append(auth,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(schedPort),
+		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port="+schedPort,
 	)...); err != nil {
 		return c, err
 	}
@@ -127,7 +126,7 @@ func Start(ctx context.Context, bins Binaries, progress io.Writer) (*Cluster, er
 		"--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 		"--cidr="+PodCIDR,
 		"--node-ip=10.255.0.1", // outside PodCIDR
-		"--server-address=127.0.0.1:"+strconv.Itoa(kwokPort),
+		"--server-address="+kwokPort,
 	); err != nil {
 		return c, err
 	}
@@ -267,11 +266,7 @@ func (c *Cluster) Stop() {
 	}
 }
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
 }

@@ -14,7 +14,6 @@ package podproc
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -187,7 +186,7 @@ func (r *Runtime) start(ctx context.Context, pod *corev1.Pod) (*Replica, error) 
 	if c == nil {
 		return nil, fmt.Errorf("no container %q", r.container)
 	}
-	rep := &Replica{Pod: pod.Name, PodIP: pod.Status.PodIP, UID: pod.UID, MetricsAddr: freeAddr(), ProbeAddr: freeAddr(), done: make(chan struct{})}
+	rep := &Replica{Pod: pod.Name, PodIP: pod.Status.PodIP, UID: pod.UID, MetricsAddr: testenv.FreeAddr(), ProbeAddr: testenv.FreeAddr(), done: make(chan struct{})}
 	for _, a := range c.Args {
 		if strings.HasPrefix(a, "--metrics-bind-address") || strings.HasPrefix(a, "--health-probe-bind-address") || strings.HasPrefix(a, "--kubeconfig") {
 			continue
@@ -323,13 +322,4 @@ func stop(rep *Replica) {
 		_ = rep.cmd.Process.Kill()
 		<-rep.done
 	}
-}
-
-func freeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

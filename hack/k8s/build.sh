@@ -4,6 +4,7 @@
 # Components: etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/../lib.sh"
 out=$(mkdir -p "${1:-$here/../../bin/k8s}" && cd "${1:-$here/../../bin/k8s}" && pwd)
 shift || true
 components=("$@")
@@ -19,5 +20,5 @@ for c in "${components[@]}"; do pkgs+=("./cmd/$c"); done
 echo "building ${components[*]} (Kubernetes $version) into $out; a cold build takes about 8 minutes on 2 cores" >&2
 start=$(date +%s)
 cd "$here"
-CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
+CGO_ENABLED=0 heartbeat go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
 echo "built in $(( $(date +%s) - start ))s" >&2

@@ -7,9 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -177,4 +179,32 @@ func (e *Env) Can(ctx context.Context, user string, groups []string, verb, group
 		return false, err
 	}
 	return res.Status.Allowed, nil
+}
+
+// Main is a TestMain for suites that need the API server: it starts it (failing the
+// run with a message that says how to get the binaries), hands it to set, runs the
+// tests, then stops it and runs after.
+func Main(m *testing.M, suite string, set func(*Env), after ...func()) {
+	e, err := Start()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s need a real API server: %v\n", suite, err)
+		os.Exit(1)
+	}
+	set(e)
+	code := m.Run()
+	e.Stop()
+	for _, f := range after {
+		f()
+	}
+	os.Exit(code)
+}
+
+// FreeAddr returns a 127.0.0.1 address whose port was free a moment ago.
+func FreeAddr() string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
 }
