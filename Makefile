@@ -9,6 +9,8 @@ K8S_BIN     := $(BIN)/k8s
 # The Kubernetes version of the control-plane binaries, from the wrapper module.
 K8S_VERSION := $(shell awk '$$1=="k8s.io/kubernetes" {print $$2; exit}' hack/k8s/go.mod)
 K8S_STAMP   := $(K8S_BIN)/.built-$(K8S_VERSION)
+# What the tests run; the kind node image also needs kubelet, kubeadm and kube-proxy.
+K8S_COMPONENTS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
 FUZZTIME    ?= 15s
 # Long Go builds print a line every 30 s instead of staying silent.
 HEARTBEAT   := . hack/lib.sh && heartbeat
@@ -46,8 +48,8 @@ build: ## Build bin/epp.
 .PHONY: k8s
 k8s: $(K8S_STAMP) ## Build etcd, kube-apiserver, kube-controller-manager, kube-scheduler into bin/k8s (once; ~8 min cold).
 
-$(K8S_STAMP): hack/k8s/go.mod hack/k8s/go.sum $(wildcard hack/k8s/cmd/*/*.go) hack/k8s/build.sh
-	hack/k8s/build.sh $(K8S_BIN)
+$(K8S_STAMP): hack/k8s/go.mod hack/k8s/go.sum $(foreach c,$(K8S_COMPONENTS),hack/k8s/cmd/$(c)/main.go) hack/k8s/build.sh
+	hack/k8s/build.sh $(K8S_BIN) $(K8S_COMPONENTS)
 	rm -f $(K8S_BIN)/.built-* && touch $@
 
 ##@ Test
@@ -118,12 +120,30 @@ IMAGE        ?= epp-peer-discovery/epp:$(shell awk '$$1=="appVersion:" {gsub(/"/
 KIND_VERSION ?= v0.33.0
 KIND         := $(BIN)/kind
 KIND_CLUSTER ?= epp-e2e
-export KIND_NODE_IMAGE
+# Empty: kind's own node image where it is here or can be pulled, else the offline one.
+KIND_NODE_IMAGE ?=
+OFFLINE_NODE_IMAGE := epp-peer-discovery/kind-node:$(K8S_VERSION)
+DOCKER_STATE := $(ROOT)/.cache/docker
+KIND_STATE   := $(ROOT)/.cache/kind
+export KIND_VERSION KIND_NODE_IMAGE OFFLINE_NODE_IMAGE
+# The engine docker-up started (recursively expanded, so a recipe sees it once written).
+DOCKER_HOST ?= $(shell cat $(DOCKER_STATE)/host 2>/dev/null)
+export DOCKER_HOST
 
-.PHONY: docker-check
-docker-check:
-	@command -v docker >/dev/null 2>&1 || { echo "make e2e-kind: docker is missing: install Docker (Debian: apt-get install docker.io)" >&2; exit 1; }
-	@docker info >/dev/null 2>&1 || { echo "make e2e-kind: no Docker engine answers at $${DOCKER_HOST:-/var/run/docker.sock}: start a Docker engine (dockerd); without root or Docker, use make e2e-local" >&2; exit 1; }
+$(BIN)/epp-runc: $(wildcard hack/kind/runcwrap/*.go)
+	CGO_ENABLED=0 go build -trimpath -o $@ ./hack/kind/runcwrap
+
+.PHONY: docker-up
+docker-up: $(BIN)/epp-runc ## Make sure a Docker engine answers: else install docker.io (apt) and start dockerd under .cache/docker (root).
+	hack/kind/docker-up.sh $(DOCKER_STATE) $(BIN)/epp-runc
+
+.PHONY: docker-down
+docker-down: ## Stop the dockerd that docker-up started (by PID), nothing else.
+	hack/kind/docker-down.sh $(DOCKER_STATE)
+
+.PHONY: kind-node-image
+kind-node-image: docker-up ## Build the offline kind node image (Kubernetes v1.37.2) from the Go module proxy and Debian.
+	hack/kind/node-image.sh $(OFFLINE_NODE_IMAGE)
 
 .PHONY: image
 image: build ## Build the epp image FROM scratch (no base image pull) with docker.
@@ -136,9 +156,18 @@ $(KIND):
 .PHONY: kind
 kind: $(KIND) ## Build kind from the Go module proxy into bin/kind.
 
+.PHONY: kind-up
+kind-up: docker-up kind k8s ## Create the kind cluster KIND_CLUSTER behind a DOCKER-USER fence; wait for kube-proxy.
+	hack/kind/kind-up.sh $(KIND) $(KIND_CLUSTER) "$(KIND_NODE_IMAGE)" $(KIND_STATE)
+
+.PHONY: kind-down
+kind-down: ## Delete the kind cluster and remove the DOCKER-USER fence.
+	hack/kind/kind-down.sh $(KIND) $(KIND_CLUSTER) $(KIND_STATE)
+
 .PHONY: e2e-kind
-e2e-kind: docker-check e2e-tools kind image ## End to end on kind (KIND_CLUSTER, KIND_NODE_IMAGE, KEEP_CLUSTER=1): needs a Docker engine.
-	KIND=$(KIND) KIND_CLUSTER=$(KIND_CLUSTER) IMAGE=$(IMAGE) E2E_TIMEOUT=$(E2E_TIMEOUT) TF_CLI_CONFIG_FILE=$(TF_RC) hack/e2e-kind.sh
+e2e-kind: e2e-tools kind $(BIN)/epp-runc ## End to end on kind: docker-up, kind-up, image, the suite, then kind-down/docker-down (KEEP_CLUSTER=1 keeps them).
+	KIND=$(KIND) KIND_CLUSTER=$(KIND_CLUSTER) IMAGE=$(IMAGE) E2E_TIMEOUT=$(E2E_TIMEOUT) TF_CLI_CONFIG_FILE=$(TF_RC) \
+	  DOCKER_STATE=$(DOCKER_STATE) KIND_STATE=$(KIND_STATE) EPP_BIN=$(BIN)/epp hack/kind/e2e.sh
 
 ##@ Quality
 .PHONY: lint

@@ -15,5 +15,5 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 cp "$bin" "$ctx/epp"
 cp "$(dirname "$0")/image/Dockerfile" "$ctx/Dockerfile"
-docker build --quiet -t "$tag" "$ctx" >/dev/null
+out=$(docker build -t "$tag" "$ctx" 2>&1) || { echo "$out" >&2; exit 1; }
 echo "built image $tag ($(docker image inspect -f '{{.Size}}' "$tag") bytes)"
