@@ -143,6 +143,9 @@ done
 step "preloading the images into the node's containerd"
 docker save "${images[@]}" | docker exec -i "$build" ctr -n k8s.io images import \
   --label=io.cri-containerd.pinned=pinned --all-platforms --no-unpack --digests - >/dev/null
+# The registry.k8s.io tags now live in the node's containerd; remove them from the
+# engine so that they never shadow the published images there.
+docker rmi "${images[@]}" >/dev/null
 for b in kubeadm kubelet kubectl; do docker cp "$k8s/$b" "$build:/usr/bin/$b"; done
 docker cp "$nodebin/crictl" "$build:/usr/local/bin/crictl"
 docker exec "$build" sh -c "echo $k8s_version > /kind/version"
