@@ -17,6 +17,7 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
 )
 
@@ -217,51 +218,13 @@ func waitNothingLeft(t *testing.T, ctx context.Context, ns string, ownsNamespace
 }
 
 func leftovers(ctx context.Context, ns string, ownsNamespace bool) []string {
-	var left []string
 	if ownsNamespace {
 		if _, err := clientset.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return []string{"namespace " + ns}
 		}
 		return nil
 	}
-	add := func(kind string, n int, err error) {
-		if err != nil {
-			left = append(left, kind+": "+err.Error())
-		} else if n > 0 {
-			left = append(left, fmt.Sprintf("%d %s", n, kind))
-		}
-	}
-	opts := metav1.ListOptions{}
-	d, err := clientset.AppsV1().Deployments(ns).List(ctx, opts)
-	add("deployments", len(d.Items), err)
-	rs, err := clientset.AppsV1().ReplicaSets(ns).List(ctx, opts)
-	add("replicasets", len(rs.Items), err)
-	p, err := clientset.CoreV1().Pods(ns).List(ctx, opts)
-	add("pods", len(p.Items), err)
-	s, err := clientset.CoreV1().Services(ns).List(ctx, opts)
-	add("services", len(s.Items), err)
-	es, err := clientset.DiscoveryV1().EndpointSlices(ns).List(ctx, opts)
-	add("endpointslices", len(es.Items), err)
-	r, err := clientset.RbacV1().Roles(ns).List(ctx, opts)
-	add("roles", len(r.Items), err)
-	rb, err := clientset.RbacV1().RoleBindings(ns).List(ctx, opts)
-	add("rolebindings", len(rb.Items), err)
-	pdb, err := clientset.PolicyV1().PodDisruptionBudgets(ns).List(ctx, opts)
-	add("poddisruptionbudgets", len(pdb.Items), err)
-	sec, err := clientset.CoreV1().Secrets(ns).List(ctx, opts)
-	add("secrets", len(sec.Items), err)
-	if sa, err := clientset.CoreV1().ServiceAccounts(ns).List(ctx, opts); err != nil {
-		add("serviceaccounts", 0, err)
-	} else {
-		n := 0
-		for _, a := range sa.Items {
-			if a.Name != "default" {
-				n++
-			}
-		}
-		add("serviceaccounts besides default", n, nil)
-	}
-	return left
+	return testenv.Leftovers(ctx, clientset, ns)
 }
 
 // report prints what a person needs to see why a case failed.

@@ -40,23 +40,10 @@ func newLocalViewer(t *testing.T, ns string) *localViewer {
 }
 
 func (v *localViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod) map[string]peerview.View {
-	out := map[string]peerview.View{}
-	byUID := map[string]*podproc.Replica{}
-	for _, r := range v.rt.Replicas() {
-		byUID[string(r.UID)] = r
-	}
-	for _, p := range live {
-		r, ok := byUID[string(p.UID)]
-		if !ok {
-			continue
-		}
-		doc, err := peerview.Fetch(ctx, r.MetricsAddr)
-		out[p.Name] = peerview.View{Doc: doc, Err: err}
-	}
 	for _, err := range v.rt.Errors() {
 		t.Logf("process runtime: %v", err)
 	}
-	return out
+	return v.rt.Views(ctx, live)
 }
 
 func (v *localViewer) logs(_ *testing.T, pod string) string {

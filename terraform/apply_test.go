@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/tfenv"
 )
 
@@ -119,36 +120,7 @@ func TestApplyAndDestroy(t *testing.T) {
 
 func assertEmptyNamespace(t *testing.T, ns string) {
 	t.Helper()
-	ctx := context.Background()
-	cs := env.Clientset
-	count := map[string]int{}
-	if l, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		count["deployments"] = len(l.Items)
-	}
-	if l, err := cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		count["services"] = len(l.Items)
-	}
-	if l, err := cs.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		count["serviceaccounts"] = len(l.Items)
-	}
-	if l, err := cs.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		count["secrets (helm release records)"] = len(l.Items)
-	}
-	if l, err := cs.RbacV1().Roles(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		count["roles"] = len(l.Items)
-	}
-	if l, err := cs.RbacV1().RoleBindings(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		count["rolebindings"] = len(l.Items)
-	}
-	if l, err := cs.PolicyV1().PodDisruptionBudgets(ns).List(ctx, metav1.ListOptions{}); err == nil {
-		count["poddisruptionbudgets"] = len(l.Items)
-	}
-	for kind, n := range count {
-		if n != 0 {
-			t.Errorf("after destroy, %d %s remain in %s", n, kind, ns)
-		}
-	}
-	if len(count) != 7 {
-		t.Fatalf("could not list every kind: %v", count)
+	if left := testenv.Leftovers(context.Background(), env.Clientset, ns); len(left) > 0 {
+		t.Errorf("after destroy, left behind in %s: %v", ns, left)
 	}
 }

@@ -19,11 +19,11 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 
-// startFileApp runs an app with the file source on peersPath until the test ends.
-func startFileApp(t *testing.T, peersPath string, extra ...string) *app.App {
+// startApp runs an app (as replica epp-0 at 10.0.0.1 in namespace ns, bound to
+// 127.0.0.1) with args until the test ends.
+func startApp(t *testing.T, args ...string) *app.App {
 	t.Helper()
-	args := append([]string{"--enable-peer-discovery", "--epp-peer-file=" + peersPath,
-		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, extra...)
+	args = append([]string{"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, args...)
 	opts, err := app.Parse(args, env("POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns"), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +42,12 @@ func startFileApp(t *testing.T, peersPath string, extra ...string) *app.App {
 		}
 	})
 	return a
+}
+
+// startFileApp runs an app with the file source on peersPath until the test ends.
+func startFileApp(t *testing.T, peersPath string, extra ...string) *app.App {
+	t.Helper()
+	return startApp(t, append([]string{"--enable-peer-discovery", "--epp-peer-file=" + peersPath}, extra...)...)
 }
 
 const peerCount = 1000
@@ -207,17 +213,7 @@ func TestSnapshotOfOneReplicaIsThePeersFileOfAnother(t *testing.T) {
 // TestSnapshotWithPeerDiscoveryOff writes the disabled document.
 func TestSnapshotWithPeerDiscoveryOff(t *testing.T) {
 	snap := filepath.Join(t.TempDir(), "snapshot.json")
-	opts, err := app.Parse([]string{"--epp-peer-snapshot-file=" + snap, "--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"}, env(), &bytes.Buffer{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := app.New(opts, nil, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = a.Run(ctx) }()
+	startApp(t, "--epp-peer-snapshot-file="+snap)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if b, err := os.ReadFile(snap); err == nil {
 			if compact := strings.Join(strings.Fields(string(b)), ""); compact != `{"enabled":false,"peers":[]}` {

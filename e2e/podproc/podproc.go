@@ -32,6 +32,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
 )
 
 // Replica is one running epp process standing in for a pod.
@@ -322,4 +323,21 @@ func stop(rep *Replica) {
 		_ = rep.cmd.Process.Kill()
 		<-rep.done
 	}
+}
+
+// Views reads the /debug/peers of the process of each live pod (through 127.0.0.1),
+// keyed by pod name. Pods without a process yet are left out.
+func (r *Runtime) Views(ctx context.Context, live []corev1.Pod) map[string]peerview.View {
+	byUID := map[types.UID]*Replica{}
+	for _, rep := range r.Replicas() {
+		byUID[rep.UID] = rep
+	}
+	out := map[string]peerview.View{}
+	for _, p := range live {
+		if rep, ok := byUID[p.UID]; ok {
+			doc, err := peerview.Fetch(ctx, rep.MetricsAddr)
+			out[p.Name] = peerview.View{Doc: doc, Err: err}
+		}
+	}
+	return out
 }

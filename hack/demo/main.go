@@ -140,17 +140,7 @@ func (d *demo) watch(ctx context.Context, timeout time.Duration) error {
 		if err != nil {
 			return err
 		}
-		views := map[string]peerview.View{}
-		byUID := map[string]*podproc.Replica{}
-		for _, r := range d.rt.Replicas() {
-			byUID[string(r.UID)] = r
-		}
-		for _, p := range s.Live {
-			if r, ok := byUID[string(p.UID)]; ok {
-				doc, err := peerview.Fetch(ctx, r.MetricsAddr)
-				views[p.Name] = peerview.View{Doc: doc, Err: err}
-			}
-		}
+		views := d.rt.Views(ctx, s.Live)
 		table := peerview.Table(s, views)
 		if table != last {
 			fmt.Printf("   [%s] %d desired, %d live, %d starting/terminating\n%s", time.Now().Format("15:04:05.000"), s.Desired, len(s.Live), s.Others, table)
