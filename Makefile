@@ -37,7 +37,7 @@ help: ## Show this help.
 ##@ Try it
 .PHONY: demo
 demo: e2e-demo-tools ## Show it working: the chart with peer discovery on a local control plane, scaled 3 -> 5 -> 2 and a pod deleted.
-	go run ./hack/demo
+	cd e2e && go run ./demo
 
 ##@ Build
 .PHONY: build
@@ -71,11 +71,12 @@ test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (en
 
 .PHONY: test-manifests
 test-manifests: k8s ## Helm chart and kustomize: renders, schema, lint, parity, and acceptance + RBAC on a real API server.
-	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./charts/... ./kustomize/...
+	cd charts && go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
+	cd kustomize && go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
 
 .PHONY: test-terraform
 test-terraform: k8s terraform-providers terraform-bin ## Terraform module: fmt, validate, terraform test, validation messages, apply/destroy on a real API server.
-	TF_CLI_CONFIG_FILE=$(TF_RC) go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./terraform/...
+	cd terraform && TF_CLI_CONFIG_FILE=$(TF_RC) go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
 
 .PHONY: terraform-providers
 terraform-providers: $(TF_RC) ## Build the helm and kubernetes Terraform providers into a filesystem mirror (bin/terraform-mirror).
@@ -93,15 +94,15 @@ tofu: ## Build OpenTofu into bin/tofu (for machines without terraform).
 	hack/tofu.sh $(BIN)/tofu
 
 ##@ End to end
-HELM_VERSION := $(shell awk '$$1=="helm.sh/helm/v3" {print $$2; exit}' go.mod)
+HELM_VERSION := $(shell awk '$$1=="helm.sh/helm/v3" {print $$2; exit}' e2e/go.mod)
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
   -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
   -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
 E2E_TIMEOUT ?= 40m
 
-$(BIN)/helm: go.mod
-	@echo "building helm $(HELM_VERSION) (the go.mod tool) into bin/helm"
-	@$(HEARTBEAT) env CGO_ENABLED=0 go build -trimpath -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
+$(BIN)/helm: e2e/go.mod
+	@echo "building helm $(HELM_VERSION) (the e2e/go.mod tool) into bin/helm"
+	@$(HEARTBEAT) env CGO_ENABLED=0 go -C e2e build -trimpath -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
 
 $(BIN)/kwok $(BIN)/kwok-stages.yaml: hack/kwok.sh
 	hack/kwok.sh $(BIN)/kwok $(BIN)/kwok-stages.yaml
@@ -114,7 +115,7 @@ e2e-demo-tools: build k8s $(BIN)/helm $(BIN)/kwok
 
 .PHONY: e2e-local
 e2e-local: e2e-tools ## End to end on a local control plane (no Docker): Helm, kustomize and Terraform, peer discovery on and off.
-	TF_CLI_CONFIG_FILE=$(TF_RC) E2E_BACKEND=local go test -tags e2e -count=1 -v -timeout=$(E2E_TIMEOUT) ./e2e/...
+	cd e2e && TF_CLI_CONFIG_FILE=$(TF_RC) E2E_BACKEND=local go test -tags e2e -count=1 -v -timeout=$(E2E_TIMEOUT) ./...
 
 IMAGE        ?= epp-peer-discovery/epp:$(shell awk '$$1=="appVersion:" {gsub(/"/,"",$$2); print $$2}' charts/epp/Chart.yaml)
 KIND_VERSION ?= v0.33.0
@@ -170,11 +171,21 @@ e2e-kind: e2e-tools kind $(BIN)/epp-runc ## End to end on kind: docker-up, kind-
 	  DOCKER_STATE=$(DOCKER_STATE) KIND_STATE=$(KIND_STATE) EPP_BIN=$(BIN)/epp hack/kind/e2e.sh
 
 ##@ Quality
+# Go modules of the repository: the library (root) and the nested test modules.
+GO_MODULES := . e2e charts kustomize terraform
+GOLANGCI_VERSION := $(shell awk '$$1=="github.com/golangci/golangci-lint/v2" {print $$2; exit}' hack/tools/go.mod)
+
+$(BIN)/golangci-lint: hack/tools/go.mod
+	@echo "building golangci-lint $(GOLANGCI_VERSION) (the hack/tools/go.mod tool) into bin/"
+	@$(HEARTBEAT) env CGO_ENABLED=0 go -C hack/tools build -trimpath -ldflags "-X main.version=$(GOLANGCI_VERSION)" -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
 .PHONY: lint
-lint: ## go vet and a gofmt check (terraform fmt is checked by test-terraform).
-	go vet ./...
-	@out=$$(gofmt -l $$(git ls-files '*.go' | grep -v '^hack/k8s/') ); \
-	  if [ -n "$$out" ]; then echo "not gofmt-formatted:"; echo "$$out"; exit 1; fi
+lint: $(BIN)/golangci-lint verify-modgraph ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, and the module-graph check (terraform fmt is checked by test-terraform).
+	@for m in $(GO_MODULES); do echo "golangci-lint: $$m"; (cd $$m && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...) || exit 1; done
+
+.PHONY: verify-modgraph
+verify-modgraph: ## Fail when the root module's graph holds Helm, kustomize, terratest, Terraform or cloud SDK modules.
+	hack/check-modgraph.sh
 
 .PHONY: bench
 bench: ## Benchmarks of the peer-set computation (figures in docs/PERFORMANCE.md).

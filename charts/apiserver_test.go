@@ -10,8 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/accept"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/accept"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
 )
 
 var valueSets = []struct {

@@ -6,7 +6,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/lint/support"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
 )
 
 // TestHelmLint runs helm lint (the SDK's, as `helm lint --strict` would) for the

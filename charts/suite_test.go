@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 var env *testenv.Env

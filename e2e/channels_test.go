@@ -3,6 +3,7 @@
 package e2e_test
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -12,7 +13,7 @@ import (
 	"github.com/gruntwork-io/terratest/modules/k8s"
 	"github.com/gruntwork-io/terratest/modules/terraform"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/tfenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/tfenv"
 )
 
 // channel deploys the EPP with one tool. Names follow the defaults: release "epp",
@@ -54,15 +55,15 @@ func (h *helmChannel) options(ns string, replicas int) *helm.Options {
 
 func (h *helmChannel) install(t *testing.T, ns string, enabled bool, replicas int) {
 	h.enabled = enabled
-	helm.Install(t, h.options(ns, replicas), filepath.Join(repoRoot, "charts", "epp"), "epp")
+	helm.InstallContext(t, context.Background(), h.options(ns, replicas), filepath.Join(repoRoot, "charts", "epp"), "epp")
 }
 
 func (h *helmChannel) scale(t *testing.T, ns string, replicas int) {
-	helm.Upgrade(t, h.options(ns, replicas), filepath.Join(repoRoot, "charts", "epp"), "epp")
+	helm.UpgradeContext(t, context.Background(), h.options(ns, replicas), filepath.Join(repoRoot, "charts", "epp"), "epp")
 }
 
 func (h *helmChannel) uninstall(t *testing.T, ns string) {
-	helm.Delete(t, h.options(ns, 0), "epp", true)
+	helm.DeleteContext(t, context.Background(), h.options(ns, 0), "epp", true)
 }
 
 // kustomizeChannel: `kubectl apply -n <ns> -k kustomize/overlays/<overlay>`; scaling
@@ -78,18 +79,18 @@ func (k *kustomizeChannel) install(t *testing.T, ns string, enabled bool, replic
 		overlay = "peer-discovery"
 	}
 	k.dir = filepath.Join(repoRoot, "kustomize", "overlays", overlay)
-	k8s.KubectlApplyFromKustomize(t, kubectlOptions(ns), k.dir)
+	k8s.KubectlApplyFromKustomizeContext(t, context.Background(), kubectlOptions(ns), k.dir)
 	if replicas != 3 {
 		k.scale(t, ns, replicas)
 	}
 }
 
 func (k *kustomizeChannel) scale(t *testing.T, ns string, replicas int) {
-	k8s.RunKubectl(t, kubectlOptions(ns), "scale", "deployment/epp", fmt.Sprintf("--replicas=%d", replicas))
+	k8s.RunKubectlContext(t, context.Background(), kubectlOptions(ns), "scale", "deployment/epp", fmt.Sprintf("--replicas=%d", replicas))
 }
 
 func (k *kustomizeChannel) uninstall(t *testing.T, ns string) {
-	k8s.KubectlDeleteFromKustomize(t, kubectlOptions(ns), k.dir)
+	k8s.KubectlDeleteFromKustomizeContext(t, context.Background(), kubectlOptions(ns), k.dir)
 }
 
 // terraformChannel: terraform/examples/basic with peer_discovery_enabled.
@@ -112,14 +113,14 @@ func (tc *terraformChannel) install(t *testing.T, ns string, enabled bool, repli
 		vars["kube_context"] = kubeContext
 	}
 	tc.opts = tfenv.Options(t, dir, vars)
-	terraform.InitAndApply(t, tc.opts)
+	terraform.InitAndApplyContext(t, context.Background(), tc.opts)
 }
 
 func (tc *terraformChannel) scale(t *testing.T, _ string, replicas int) {
 	tc.opts.Vars["replicas"] = replicas
-	terraform.Apply(t, tc.opts)
+	terraform.ApplyContext(t, context.Background(), tc.opts)
 }
 
 func (tc *terraformChannel) uninstall(t *testing.T, _ string) {
-	terraform.Destroy(t, tc.opts)
+	terraform.DestroyContext(t, context.Background(), tc.opts)
 }

@@ -17,8 +17,8 @@ import (
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 const selector = "app.kubernetes.io/name=epp"
@@ -245,7 +245,7 @@ func report(t *testing.T, ns string, v viewer) {
 			fmt.Fprintf(&b, "--- logs of %s:\n%s\n", p.Name, v.logs(t, p.Name))
 		}
 	}
-	if out, err := k8s.RunKubectlAndGetOutputE(t, kubectlOptions(ns), "get", "events", "--sort-by=.lastTimestamp"); err == nil {
+	if out, err := k8s.RunKubectlAndGetOutputContextE(t, context.Background(), kubectlOptions(ns), "get", "events", "--sort-by=.lastTimestamp"); err == nil {
 		fmt.Fprintf(&b, "--- events:\n%s\n", out)
 	}
 	if local != nil {

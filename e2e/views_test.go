@@ -89,7 +89,7 @@ func (v *kindViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod)
 }
 
 func (v *kindViewer) logs(t *testing.T, pod string) string {
-	out, err := k8s.RunKubectlAndGetOutputE(t, kubectlOptions(v.ns), "logs", pod, "--tail=40")
+	out, err := k8s.RunKubectlAndGetOutputContextE(t, context.Background(), kubectlOptions(v.ns), "logs", pod, "--tail=40")
 	if err != nil {
 		return err.Error()
 	}

@@ -3,7 +3,7 @@ package kustomize_test
 import (
 	"testing"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/accept"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/accept"
 )
 
 // TestOverlaysAcceptedUnderRestrictedPodSecurity builds each overlay into a namespace

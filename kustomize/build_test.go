@@ -11,7 +11,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
 )
 
 func build(t *testing.T, dir string) []client.Object {

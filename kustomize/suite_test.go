@@ -3,7 +3,7 @@ package kustomize_test
 import (
 	"testing"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 var env *testenv.Env

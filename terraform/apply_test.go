@@ -12,9 +12,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/tfenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/tfenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 // TestApplyAndDestroy applies examples/basic against the real API server with peer
@@ -37,16 +37,16 @@ func TestApplyAndDestroy(t *testing.T) {
 				"peer_discovery_enabled": enabled,
 				"wait":                   false, // envtest runs no controllers: no pods become ready
 			})
-			terraform.Init(t, opts)
+			terraform.InitContext(t, context.Background(), opts)
 			destroyed := false
 			t.Cleanup(func() {
 				if !destroyed {
-					terraform.Destroy(t, opts)
+					terraform.DestroyContext(t, context.Background(), opts)
 				}
 			})
-			terraform.ApplyAndIdempotent(t, opts)
+			terraform.ApplyAndIdempotentContext(t, context.Background(), opts)
 
-			out := terraform.OutputAll(t, opts)
+			out := terraform.OutputAllContext(t, context.Background(), opts)
 			if out["service_name"] != "epp" || out["namespace"] != ns || out["release_name"] != "epp" {
 				t.Fatalf("outputs %v", out)
 			}
@@ -111,7 +111,7 @@ func TestApplyAndDestroy(t *testing.T) {
 				t.Fatalf("ports (-helm +terraform):\n%s", diff)
 			}
 
-			terraform.Destroy(t, opts)
+			terraform.DestroyContext(t, context.Background(), opts)
 			destroyed = true
 			assertEmptyNamespace(t, ns)
 		})

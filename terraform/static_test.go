@@ -1,14 +1,15 @@
 package terraform_test
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gruntwork-io/terratest/modules/terraform"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/tfenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/tfenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 func TestFormatted(t *testing.T) {
@@ -17,7 +18,7 @@ func TestFormatted(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := tfenv.Options(t, filepath.Join(root, "terraform"), nil)
-	out, err := terraform.RunTerraformCommandE(t, opts, "fmt", "-check", "-recursive", "-diff")
+	out, err := terraform.RunTerraformCommandContextE(t, context.Background(), opts, "fmt", "-check", "-recursive", "-diff")
 	if err != nil {
 		t.Fatalf("terraform fmt -check found unformatted files (run terraform fmt -recursive terraform/):\n%s", out)
 	}
@@ -28,8 +29,8 @@ func TestValidate(t *testing.T) {
 	for _, sub := range []string{"terraform", "terraform/examples/basic"} {
 		t.Run(sub, func(t *testing.T) {
 			opts := tfenv.Options(t, filepath.Join(dir, sub), nil)
-			terraform.Init(t, opts)
-			out := terraform.Validate(t, opts)
+			terraform.InitContext(t, context.Background(), opts)
+			out := terraform.ValidateContext(t, context.Background(), opts)
 			if !strings.Contains(out, "The configuration is valid") {
 				t.Fatalf("validate: %s", out)
 			}
@@ -42,8 +43,8 @@ func TestValidate(t *testing.T) {
 func TestTerraformTest(t *testing.T) {
 	dir := filepath.Join(tfenv.CopyModule(t), "terraform")
 	opts := tfenv.Options(t, dir, nil)
-	terraform.Init(t, opts)
-	out, err := terraform.RunTerraformCommandE(t, opts, "test")
+	terraform.InitContext(t, context.Background(), opts)
+	out, err := terraform.RunTerraformCommandContextE(t, context.Background(), opts, "test")
 	if err != nil {
 		t.Fatalf("terraform test failed:\n%s", out)
 	}
@@ -57,7 +58,7 @@ func TestTerraformTest(t *testing.T) {
 func TestValidationMessages(t *testing.T) {
 	dir := filepath.Join(tfenv.CopyModule(t), "terraform")
 	opts := tfenv.Options(t, dir, nil)
-	terraform.Init(t, opts)
+	terraform.InitContext(t, context.Background(), opts)
 	for _, tc := range []struct {
 		name string
 		vars map[string]any
@@ -72,7 +73,7 @@ func TestValidationMessages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := *opts
 			o.Vars = tc.vars
-			out, err := terraform.PlanE(t, &o)
+			out, err := terraform.PlanContextE(t, context.Background(), &o)
 			if err == nil {
 				t.Fatalf("plan with %v succeeded", tc.vars)
 			}

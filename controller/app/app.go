@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,25 +11,25 @@ import (
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
 
-// status is what a peer source reports besides its peers.
-type status interface {
-	Synced() bool
-	SyncedAt() time.Time
-	LastError() error
-}
+// Client limits of the Kubernetes client: a replica lists and watches one
+// Service's slices, a handful of requests per (re)connection, so these only bound a
+// misbehaving loop.
+const (
+	clientQPS   = 5
+	clientBurst = 10
+)
 
 // App is a running epp: a peer source feeding Store, and the HTTP endpoints.
 type App struct {
@@ -38,45 +39,28 @@ type App struct {
 	// Store holds the published peer set; Go code embedding the app reads it.
 	Store *peers.MemoryPeerStore
 
-	source  status
-	mgr     manager.Manager
-	file    *peerfile.Source
+	pub     *discovery.Publisher // nil with peer discovery off
+	source  discovery.Source
+	mgr     manager.Manager // for a discovery.ManagerSource
 	metrics net.Listener
 	probes  net.Listener
 }
 
-// New validates nothing (Parse did), creates the peer source and binds the two
-// listeners. restConfig may be nil: it is then loaded from --kubeconfig, in-cluster
-// config, $KUBECONFIG or ~/.kube/config, and only when the EndpointSlice source is on.
-func New(opts Options, restConfig *rest.Config, log logr.Logger) (a *App, err error) {
+// New is NewWithSources with DefaultSources.
+func New(opts Options, restConfig *rest.Config, log logr.Logger) (*App, error) {
+	return NewWithSources(opts, restConfig, log, DefaultSources())
+}
+
+// NewWithSources builds the peer source that opts.PeerSource names in sources (the
+// one place where the binary starts a source), and binds the two listeners.
+// restConfig may be nil: it is then loaded as described in LoadRESTConfig, and only
+// when the source needs Kubernetes.
+func NewWithSources(opts Options, restConfig *rest.Config, log logr.Logger, sources Sources) (a *App, err error) {
 	a = &App{opts: opts, log: log, Store: peers.NewMemoryPeerStore()}
-	switch opts.Source() {
-	case peers.SourceEndpointSlice:
-		if restConfig == nil {
-			if restConfig, err = loadRESTConfig(opts.Kubeconfig); err != nil {
-				return nil, err
-			}
-		}
-		cfg := peerset.Config{
-			Namespace:   opts.PoolNamespace,
-			Service:     opts.PeerService,
-			PortName:    opts.PeerPortName,
-			DefaultPort: int32(opts.PeerPort),
-			Self:        opts.Self,
-		}
-		mgr, rec, err := endpointslice.NewManager(restConfig, cfg, a.Store, log)
-		if err != nil {
+	if opts.EnablePeerDiscovery {
+		if err := a.buildSource(restConfig, sources); err != nil {
 			return nil, err
 		}
-		a.mgr, a.source = mgr, rec
-	case peers.SourceFile:
-		ns := opts.PoolNamespace
-		if ns == "" {
-			ns = "default"
-		}
-		a.file = peerfile.NewSource(opts.PeerFile, peerfile.Defaults{Namespace: ns, Port: int32(opts.PeerPort)},
-			opts.Self, a.Store, log.WithName("peerfile"))
-		a.source = a.file
 	}
 	if a.metrics, err = net.Listen("tcp", opts.MetricsAddr); err != nil {
 		return nil, fmt.Errorf("--metrics-bind-address=%s: %w", opts.MetricsAddr, err)
@@ -88,19 +72,73 @@ func New(opts Options, restConfig *rest.Config, log logr.Logger) (a *App, err er
 	return a, nil
 }
 
-func loadRESTConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		c, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig=%s: %w", kubeconfig, err)
+func (a *App) buildSource(restConfig *rest.Config, sources Sources) error {
+	name := a.opts.PeerSource
+	factory, ok := sources[name]
+	if !ok {
+		return fmt.Errorf("peer source %q is not registered", name)
+	}
+	loadConfig := func() (*rest.Config, error) {
+		if restConfig != nil {
+			return withClientLimits(restConfig), nil
 		}
-		return c, nil
+		return LoadRESTConfig(a.opts.Kubeconfig)
+	}
+	log := a.log.WithName(name)
+	a.pub = discovery.NewPublisher(name, a.Store, log)
+	src, err := factory(SourceDeps{Options: a.opts, Publisher: a.pub, RESTConfig: loadConfig, Log: log})
+	if err != nil {
+		return fmt.Errorf("peer source %s: %w", name, err)
+	}
+	a.source = src
+	ms, ok := src.(discovery.ManagerSource)
+	if !ok {
+		return nil
+	}
+	cfg, err := loadConfig()
+	if err != nil {
+		return err
+	}
+	// The manager serves nothing itself (the app serves metrics and probes), never
+	// elects a leader, and its own cache stays unused: the source brings its own.
+	a.mgr, err = manager.New(cfg, manager.Options{
+		Scheme:                 scheme.Scheme,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		LeaderElection:         false,
+		Logger:                 a.log,
+	})
+	if err != nil {
+		return fmt.Errorf("creating the manager: %w", err)
+	}
+	return ms.SetupWithManager(a.mgr)
+}
+
+// LoadRESTConfig loads the Kubernetes client configuration with controller-runtime's
+// loader, in its order: the kubeconfig file given (--kubeconfig), else $KUBECONFIG,
+// else the in-cluster configuration, else ~/.kube/config. The client limits are set
+// here, the one place for them.
+func LoadRESTConfig(kubeconfig string) (*rest.Config, error) {
+	fs := flag.NewFlagSet("kubeconfig", flag.ContinueOnError)
+	ctrlconfig.RegisterFlags(fs)
+	if err := fs.Set(ctrlconfig.KubeconfigFlagName, kubeconfig); err != nil {
+		return nil, err
 	}
 	c, err := ctrlconfig.GetConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no Kubernetes API: not in a cluster and no --kubeconfig: %w", err)
+	switch {
+	case err != nil && kubeconfig != "":
+		return nil, fmt.Errorf("--kubeconfig=%s: %w", kubeconfig, err)
+	case err != nil:
+		return nil, fmt.Errorf("no Kubernetes API: no --kubeconfig, $KUBECONFIG, in-cluster config or ~/.kube/config: %w", err)
 	}
-	return c, nil
+	return withClientLimits(c), nil
+}
+
+func withClientLimits(c *rest.Config) *rest.Config {
+	c = rest.CopyConfig(c)
+	c.QPS, c.Burst = clientQPS, clientBurst
+	c.UserAgent = "epp-peer-discovery"
+	return c
 }
 
 // MetricsAddr is the bound address of /metrics and /debug/peers.
@@ -109,12 +147,12 @@ func (a *App) MetricsAddr() string { return a.metrics.Addr().String() }
 // ProbeAddr is the bound address of /healthz and /readyz.
 func (a *App) ProbeAddr() string { return a.probes.Addr().String() }
 
-// Cache is the manager's cache with the EndpointSlice source, else nil.
+// Cache is the cache of the EndpointSlice source, else nil.
 func (a *App) Cache() cache.Cache {
-	if a.mgr == nil {
-		return nil
+	if c, ok := a.source.(interface{ Cache() cache.Cache }); ok {
+		return c.Cache()
 	}
-	return a.mgr.GetCache()
+	return nil
 }
 
 // Run serves and runs the peer source until ctx ends or something fails.
@@ -142,13 +180,13 @@ func (a *App) Run(ctx context.Context) error {
 	if a.mgr != nil {
 		g.Go(func() error { return a.mgr.Start(ctx) })
 	}
-	if a.file != nil {
-		g.Go(func() error { return a.file.Run(ctx) })
+	if a.source != nil {
+		g.Go(func() error { return a.source.Run(ctx) })
 	}
 	if a.opts.SnapshotFile != "" {
 		g.Go(func() error { return a.writeSnapshots(ctx) })
 	}
-	a.log.Info("epp started", "peerDiscovery", a.opts.EnablePeerDiscovery, "source", a.opts.Source(),
-		"metrics", a.MetricsAddr(), "probes", a.ProbeAddr())
+	a.log.Info("epp started", "peerDiscovery", a.opts.EnablePeerDiscovery, "source", a.opts.PeerSource,
+		"self", a.opts.Self.Name, "metrics", a.MetricsAddr(), "probes", a.ProbeAddr())
 	return g.Wait()
 }

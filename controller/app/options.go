@@ -5,19 +5,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/netip"
-	"strings"
 
-	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
 
 // Defaults of the flags.
 const (
-	DefaultPeerPortName = "peer-sync"
-	DefaultPeerPort     = 9005
+	DefaultPeerPortName = endpointslice.DefaultPortName
+	DefaultPeerPort     = endpointslice.DefaultPort
 	DefaultMetricsAddr  = ":9090"
 	DefaultProbeAddr    = ":8081"
 )
@@ -29,14 +28,24 @@ type Options struct {
 	PeerFile            string
 	PeerPortName        string
 	PeerPort            int
+	PeerMembership      peers.Membership
 	SnapshotFile        string
 	PoolNamespace       string
 	Kubeconfig          string
 	MetricsAddr         string
 	ProbeAddr           string
 
-	// Self is the replica's own identity, from POD_NAME, POD_IP and POD_IPS.
-	Self peerset.Self
+	// PeerSource names the peer source to run in the app's Sources: Parse sets it
+	// to "endpointslice" (--epp-peer-service) or "file" (--epp-peer-file); it is ""
+	// with peer discovery off.
+	PeerSource string
+
+	// Self is the replica's own identity, from POD_NAME (else the host name),
+	// POD_IP and POD_IPS, in the pool namespace.
+	Self peers.Self
+
+	// EndpointSlice is the validated configuration of the EndpointSlice source.
+	EndpointSlice peerset.Config
 
 	// Zap configures logging (the --zap-* flags).
 	Zap zap.Options
@@ -50,28 +59,30 @@ func (e *UsageError) Error() string { return e.msg }
 
 func usageErrorf(format string, a ...any) error { return &UsageError{msg: fmt.Sprintf(format, a...)} }
 
+func usageError(err error) error { return &UsageError{msg: err.Error()} }
+
 // ErrHelp is returned when -h or --help was asked for; usage was printed.
 var ErrHelp = flag.ErrHelp
 
-// Parse reads flags from args and the downward-API environment through getenv. It
-// validates everything before any network call. Warnings (flags that have no effect)
-// are written to stderr; usage goes to stderr on a parse error or -h.
+// Parse reads flags from args and the downward-API environment through getenv
+// (NAMESPACE, POD_NAMESPACE, POD_NAME, POD_IP, POD_IPS, and HOSTNAME for the host
+// name, which is the Pod's name in Kubernetes). It validates everything before any
+// network call. Warnings (flags that have no effect) are written to stderr; usage
+// goes to stderr on a parse error or -h.
 func Parse(args []string, getenv func(string) string, stderr io.Writer) (Options, error) {
 	var o Options
+	var membership string
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
-	defaultNS := getenv("NAMESPACE")
-	if defaultNS == "" {
-		defaultNS = getenv("POD_NAMESPACE")
-	}
 	fs.BoolVar(&o.EnablePeerDiscovery, "enable-peer-discovery", false, "Turn peer discovery on. Off: no watch, no extra RBAC needed.")
 	fs.StringVar(&o.PeerService, "epp-peer-service", "", "Name of the EPP's own Service; its EndpointSlices are the peer source.")
 	fs.StringVar(&o.PeerFile, "epp-peer-file", "", "Path of a peers file (YAML or JSON); the file is the peer source, no Kubernetes needed.")
 	fs.StringVar(&o.PeerPortName, "epp-peer-port-name", DefaultPeerPortName, "Service port name whose port is each peer's port.")
 	fs.IntVar(&o.PeerPort, "epp-peer-port", DefaultPeerPort, "Port used when a slice has no port of that name.")
+	fs.StringVar(&membership, "epp-peer-membership", string(peers.MembershipReady), `Which endpoints are peers: "ready" (ready, not terminating) or "alive" (also not ready, e.g. leader-election standbys).`)
 	fs.StringVar(&o.SnapshotFile, "epp-peer-snapshot-file", "", "After every change, atomically write the /debug/peers document here.")
-	fs.StringVar(&o.PoolNamespace, "pool-namespace", defaultNS, "Namespace of the Service and its slices (default: env NAMESPACE, else POD_NAMESPACE).")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: in-cluster, then $KUBECONFIG, then ~/.kube/config).")
+	fs.StringVar(&o.PoolNamespace, "pool-namespace", endpointslice.NamespaceFromEnv(getenv), "Namespace of the Service and its slices (default: env NAMESPACE, else POD_NAMESPACE).")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, then in-cluster, then ~/.kube/config).")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address serving /metrics and /debug/peers (plain HTTP).")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address serving /healthz and /readyz.")
 	o.Zap.BindFlags(fs)
@@ -87,20 +98,23 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Options
 	if fs.NArg() > 0 {
 		return o, usageErrorf("unexpected argument %q: epp takes flags only", fs.Arg(0))
 	}
-	return o, o.complete(getenv, stderr)
+	return o, o.complete(membership, getenv, stderr)
 }
 
-// complete validates the options and fills in Self from the environment.
-func (o *Options) complete(getenv func(string) string, stderr io.Writer) error {
-	if o.PeerPort < 1 || o.PeerPort > 65535 {
-		return usageErrorf("invalid --epp-peer-port=%d: must be between 1 and 65535", o.PeerPort)
+// complete validates the options and fills in Self and the source's configuration.
+func (o *Options) complete(membership string, getenv func(string) string, stderr io.Writer) error {
+	names := endpointslice.FlagNames
+	if err := endpointslice.ValidatePort(names, o.PeerPort); err != nil {
+		return usageError(err)
 	}
-	if o.PeerPortName == "" {
-		return usageErrorf("--epp-peer-port-name must not be empty: name the Service port of the peers (default %q)", DefaultPeerPortName)
+	if err := endpointslice.ValidatePortName(names, o.PeerPortName); err != nil {
+		return usageError(err)
 	}
-	if errs := validation.IsValidPortName(o.PeerPortName); len(errs) > 0 {
-		return usageErrorf("invalid --epp-peer-port-name=%q: %s", o.PeerPortName, strings.Join(errs, "; "))
+	m, err := endpointslice.ValidateMembership(names, membership)
+	if err != nil {
+		return usageError(err)
 	}
+	o.PeerMembership = m
 	if !o.EnablePeerDiscovery {
 		for _, f := range []struct{ name, value string }{{"epp-peer-service", o.PeerService}, {"epp-peer-file", o.PeerFile}} {
 			if f.value != "" {
@@ -115,69 +129,31 @@ func (o *Options) complete(getenv func(string) string, stderr io.Writer) error {
 	case o.PeerService != "" && o.PeerFile != "":
 		return usageErrorf("--epp-peer-service and --epp-peer-file are mutually exclusive: set only one peer source")
 	}
-	if o.PeerService != "" {
-		if errs := validation.IsDNS1035Label(o.PeerService); len(errs) > 0 {
-			return usageErrorf("invalid --epp-peer-service=%q: %s", o.PeerService, strings.Join(errs, "; "))
-		}
-		if o.PoolNamespace == "" {
-			return usageErrorf("--epp-peer-service needs a namespace: set --pool-namespace or the NAMESPACE env (downward API fieldRef metadata.namespace)")
-		}
-		if errs := validation.IsDNS1123Label(o.PoolNamespace); len(errs) > 0 {
-			return usageErrorf("invalid --pool-namespace=%q: %s", o.PoolNamespace, strings.Join(errs, "; "))
-		}
+	selfNS := o.PoolNamespace
+	if o.PeerFile != "" && selfNS == "" {
+		selfNS = "default"
 	}
-	self, err := selfFromEnv(getenv)
+	hostname := func() (string, error) { return getenv("HOSTNAME"), nil }
+	if o.Self, err = peers.SelfFromEnv(selfNS, getenv, hostname); err != nil {
+		return usageError(err)
+	}
+	if o.PeerFile != "" {
+		o.PeerSource = peers.SourceFile
+		return nil
+	}
+	o.PeerSource = peers.SourceEndpointSlice
+	o.EndpointSlice, err = endpointslice.Settings{
+		Service:    o.PeerService,
+		Namespace:  o.PoolNamespace,
+		PortName:   o.PeerPortName,
+		Port:       o.PeerPort,
+		Membership: string(o.PeerMembership),
+	}.Config(names, o.Self)
 	if err != nil {
-		return err
-	}
-	o.Self = self
-	if o.PeerService != "" && self.Name == "" && len(self.Addresses) == 0 {
-		return usageErrorf("--epp-peer-service: this replica must know itself to leave itself out of its peers: set POD_IP (fieldRef status.podIP), POD_IPS (status.podIPs) or POD_NAME (metadata.name) from the downward API")
+		return usageError(err)
 	}
 	return nil
 }
 
-// selfFromEnv reads POD_NAME, POD_IP and POD_IPS. POD_IP comes first in Addresses so
-// that its family is the preferred one.
-func selfFromEnv(getenv func(string) string) (peerset.Self, error) {
-	self := peerset.Self{Name: strings.TrimSpace(getenv("POD_NAME"))}
-	add := func(env, v string) error {
-		v = strings.TrimSpace(v)
-		if v == "" {
-			return nil
-		}
-		a, err := netip.ParseAddr(v)
-		if err != nil || a.Zone() != "" {
-			return usageErrorf("invalid %s=%q: not an IP address (set it from the downward API: fieldRef status.podIP / status.podIPs)", env, v)
-		}
-		a = a.Unmap()
-		for _, have := range self.Addresses {
-			if have == a {
-				return nil
-			}
-		}
-		self.Addresses = append(self.Addresses, a)
-		return nil
-	}
-	if err := add("POD_IP", getenv("POD_IP")); err != nil {
-		return self, err
-	}
-	for _, v := range strings.Split(getenv("POD_IPS"), ",") {
-		if err := add("POD_IPS", v); err != nil {
-			return self, err
-		}
-	}
-	return self, nil
-}
-
 // Source is the configured peer source: "endpointslice", "file", or "" when off.
-func (o *Options) Source() string {
-	switch {
-	case !o.EnablePeerDiscovery:
-		return ""
-	case o.PeerFile != "":
-		return "file"
-	default:
-		return "endpointslice"
-	}
-}
+func (o *Options) Source() string { return o.PeerSource }

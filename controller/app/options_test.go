@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 
 func env(kv ...string) func(string) string {
@@ -52,6 +52,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad POD_IPS entry", []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, env("NAMESPACE", "ns", "POD_IPS", "10.0.0.1,[fd00::1]"),
 			[]string{"POD_IPS=\"[fd00::1]\""}},
 		{"unknown flag", []string{"--epp-peer-servce=epp"}, podEnv, []string{"epp-peer-servce"}},
+		{"invalid membership", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-membership=leader"}, podEnv,
+			[]string{"--epp-peer-membership=\"leader\"", "ready", "alive"}},
 		{"positional argument", []string{"serve"}, podEnv, []string{"\"serve\""}},
 	}
 	for _, tc := range tests {
@@ -82,7 +84,8 @@ func TestParse(t *testing.T) {
 		env         func(string) string
 		wantSource  string
 		wantNS      string
-		wantSelf    peerset.Self
+		wantSelf    peers.Self
+		wantMember  peers.Membership
 		wantWarning string
 	}{
 		{name: "defaults: off", env: env(), wantSource: ""},
@@ -92,19 +95,32 @@ func TestParse(t *testing.T) {
 			args:       []string{"--enable-peer-discovery", "--epp-peer-service=epp"},
 			env:        env("NAMESPACE", "ns", "POD_NAMESPACE", "other", "POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "POD_IPS", "10.0.0.1, fd00::1"),
 			wantSource: "endpointslice", wantNS: "ns",
-			wantSelf: peerset.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")}}},
+			wantSelf: peers.Self{Namespace: "ns", Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")}}},
 		{name: "namespace from POD_NAMESPACE, self from POD_IPS only, IPv6 first",
 			args:       []string{"--enable-peer-discovery", "--epp-peer-service", "epp"},
 			env:        env("POD_NAMESPACE", "team", "POD_IPS", "fd00::1,10.0.0.1"),
 			wantSource: "endpointslice", wantNS: "team",
-			wantSelf: peerset.Self{Addresses: []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("10.0.0.1")}}},
+			wantSelf: peers.Self{Namespace: "team", Addresses: []netip.Addr{netip.MustParseAddr("fd00::1"), netip.MustParseAddr("10.0.0.1")}}},
 		{name: "--pool-namespace wins over env",
 			args:       []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--pool-namespace=flagged"},
 			env:        env("NAMESPACE", "ns", "POD_NAME", "epp-0"),
-			wantSource: "endpointslice", wantNS: "flagged", wantSelf: peerset.Self{Name: "epp-0"}},
+			wantSource: "endpointslice", wantNS: "flagged", wantSelf: peers.Self{Namespace: "flagged", Name: "epp-0"}},
 		{name: "file source needs no Kubernetes env",
 			args: []string{"--enable-peer-discovery", "--epp-peer-file=/etc/epp/peers.yaml"}, env: env(),
-			wantSource: "file"},
+			wantSource: "file", wantSelf: peers.Self{Namespace: "default"}},
+		{name: "without POD_NAME the host name is the replica's name",
+			args:       []string{"--enable-peer-discovery", "--epp-peer-service=epp"},
+			env:        env("NAMESPACE", "ns", "HOSTNAME", "epp-7d9f-x2k4"),
+			wantSource: "endpointslice", wantNS: "ns", wantSelf: peers.Self{Namespace: "ns", Name: "epp-7d9f-x2k4"}},
+		{name: "POD_NAME wins over the host name",
+			args:       []string{"--enable-peer-discovery", "--epp-peer-service=epp"},
+			env:        env("NAMESPACE", "ns", "HOSTNAME", "node-1", "POD_NAME", "epp-0"),
+			wantSource: "endpointslice", wantNS: "ns", wantSelf: peers.Self{Namespace: "ns", Name: "epp-0"}},
+		{name: "membership alive",
+			args:       []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-membership=alive"},
+			env:        podEnv,
+			wantSource: "endpointslice", wantNS: "ns", wantMember: peers.MembershipAlive,
+			wantSelf: peers.Self{Namespace: "ns", Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -124,6 +140,16 @@ func TestParse(t *testing.T) {
 			}
 			if tc.wantWarning != "" && !strings.Contains(stderr.String(), tc.wantWarning) {
 				t.Errorf("stderr %q lacks warning %q", stderr.String(), tc.wantWarning)
+			}
+			wantMember := tc.wantMember
+			if wantMember == "" {
+				wantMember = peers.MembershipReady
+			}
+			if o.PeerMembership != wantMember {
+				t.Errorf("membership %q, want %q", o.PeerMembership, wantMember)
+			}
+			if o.Source() == "endpointslice" && (o.EndpointSlice.Membership != wantMember || o.EndpointSlice.Self.Name != tc.wantSelf.Name || o.EndpointSlice.Namespace != tc.wantNS) {
+				t.Errorf("endpointslice config %+v does not follow the options", o.EndpointSlice)
 			}
 			if o.PeerPortName != "peer-sync" || o.PeerPort != 9005 || o.MetricsAddr != ":9090" || o.ProbeAddr != ":8081" {
 				t.Errorf("defaults changed: %+v", o)

@@ -5,22 +5,11 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
-
-func init() {
-	for _, c := range []prometheus.Collector{
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
-		_ = ctrlmetrics.Registry.Register(c) // already registered by another user of the registry: fine
-	}
-}
 
 func (a *App) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
@@ -52,13 +41,13 @@ func (a *App) probeHandler() http.Handler {
 
 // Ready returns nil once the peer source has synced (always, with peer discovery off).
 func (a *App) Ready() error {
-	if a.source == nil || a.source.Synced() {
+	if a.pub == nil || a.pub.Synced() {
 		return nil
 	}
-	if err := a.source.LastError(); err != nil {
-		return fmt.Errorf("peer discovery (%s) not synced: %w", a.opts.Source(), err)
+	if err := a.pub.LastError(); err != nil {
+		return fmt.Errorf("peer discovery (%s) not synced: %w", a.opts.PeerSource, err)
 	}
-	return fmt.Errorf("peer discovery (%s) not synced yet", a.opts.Source())
+	return fmt.Errorf("peer discovery (%s) not synced yet", a.opts.PeerSource)
 }
 
 // Document is the current /debug/peers document.
@@ -67,20 +56,17 @@ func (a *App) Document() peers.Document {
 		return peers.DisabledDocument()
 	}
 	snap := a.Store.Snapshot()
-	synced := a.source.Synced()
+	synced := a.pub.Synced()
 	doc := peers.Document{
 		Enabled: true,
-		Source:  a.opts.Source(),
+		Source:  a.opts.PeerSource,
 		Synced:  &synced,
-		Self:    &peers.SelfDocument{Name: a.opts.Self.Name, Namespace: a.opts.PoolNamespace, Addresses: []string{}},
+		Self:    &peers.SelfDocument{Name: a.opts.Self.Name, Namespace: a.opts.PoolNamespace, Addresses: a.opts.Self.Strings()},
 		Peers:   peers.Entries(snap.Peers),
-	}
-	for _, addr := range a.opts.Self.Addresses {
-		doc.Self.Addresses = append(doc.Self.Addresses, addr.String())
 	}
 	updated := snap.UpdatedAt
 	if updated.IsZero() {
-		updated = a.source.SyncedAt()
+		updated = a.pub.SyncedAt()
 	}
 	if !updated.IsZero() {
 		u := updated.UTC()

@@ -17,11 +17,11 @@ import (
 // succeeds or a newer set supersedes it.
 func (a *App) writeSnapshots(ctx context.Context) error {
 	path := a.opts.SnapshotFile
-	for a.source != nil && !a.source.Synced() {
+	if a.pub != nil {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(50 * time.Millisecond):
+		case <-a.pub.Ready():
 		}
 	}
 	version := a.Store.Snapshot().Version
@@ -36,7 +36,7 @@ func (a *App) writeSnapshots(ctx context.Context) error {
 			}
 			continue
 		}
-		if a.source == nil {
+		if a.pub == nil {
 			<-ctx.Done() // peer discovery off: the document never changes
 			return nil
 		}

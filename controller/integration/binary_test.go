@@ -16,8 +16,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 var (
@@ -45,7 +45,7 @@ func buildEpp(t *testing.T) string {
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./controller/cmd/epp: %v\n%s", err, out)
+			buildErr = fmt.Errorf("go build ./controller/cmd/epp: %w\n%s", err, out)
 		}
 	})
 	if buildErr != nil {
@@ -75,7 +75,7 @@ func TestBinaryRejectsInvalidFlags(t *testing.T) {
 		{"port out of range", []string{"--epp-peer-port=65536"}, pod, []string{"--epp-peer-port=65536"}},
 		{"port zero", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-port=0"}, pod, []string{"--epp-peer-port=0"}},
 		{"empty port name", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-port-name="}, pod, []string{"--epp-peer-port-name"}},
-		{"no self", []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, []string{"NAMESPACE=ns"}, []string{"POD_IP", "POD_IPS", "POD_NAME", "downward API"}},
+		{"invalid membership", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-membership=leader"}, pod, []string{"--epp-peer-membership", "ready", "alive"}},
 		{"unknown flag", []string{"--enable-peer-discovry"}, pod, []string{"enable-peer-discovry"}},
 	}
 	for _, tc := range tests {
@@ -106,7 +106,7 @@ func TestBinaryRejectsInvalidFlags(t *testing.T) {
 
 // startBinary runs bin with args until the test ends, then stops it with SIGTERM and
 // checks that it exited cleanly.
-func startBinary(t *testing.T, bin string, args, env []string) *bytes.Buffer {
+func startBinary(t *testing.T, bin string, args, env []string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
@@ -132,7 +132,6 @@ func startBinary(t *testing.T, bin string, args, env []string) *bytes.Buffer {
 			t.Logf("epp output:\n%s", out.String())
 		}
 	})
-	return &out.Buffer
 }
 
 func TestBinaryServesPeers(t *testing.T) {
@@ -280,4 +279,21 @@ func TestBinaryFileSource(t *testing.T) {
 	writeFile("peers:\n- {name: epp-a, address: 192.0.2.1}\n- {name: epp-b, address: 192.0.2.2}\n- {name: epp-e, address: 192.0.2.5}\n")
 	expect(first, "edit after a bad one", "edge/epp-b@192.0.2.2:9005,edge/epp-e@192.0.2.5:9005")
 	expect(second, "snapshot follows", "edge/epp-e@192.0.2.5:9005")
+}
+
+// startServing runs bin against the test API server as a replica in ns and waits
+// until it is ready; it returns the metrics address.
+func startServing(t *testing.T, bin, ns string, args []string, extraEnv ...string) string {
+	t.Helper()
+	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	startBinary(t, bin, append([]string{"--enable-peer-discovery", "--epp-peer-service=epp", "--kubeconfig=" + env.Kubeconfig,
+		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr}, args...),
+		minimalEnv(t, append([]string{"NAMESPACE=" + ns}, extraEnv...)...))
+	eventually(t, 20*time.Second, func() string {
+		if code, body := get(t, probeAddr, "/readyz"); code != 200 {
+			return fmt.Sprintf("readyz: %d %s", code, body)
+		}
+		return ""
+	})
+	return metricsAddr
 }

@@ -13,7 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 )
 
 // peerRole is the Role of DESIGN.md: exactly get, list, watch on endpointslices.

@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 )
 
 // TestCacheHoldsOnlyTheServiceSlices proves the cache scoping: 1,000 slices of other
@@ -35,25 +35,9 @@ func TestCacheHoldsOnlyTheServiceSlices(t *testing.T) {
 		_, err := env.Clientset.DiscoveryV1().EndpointSlices(s.Namespace).Create(ctx, &s, metav1.CreateOptions{})
 		return err
 	}
-	// 1,000 slices of other Services, created by 8 workers.
+	// 1,000 slices of other Services.
 	start := time.Now()
-	var wg sync.WaitGroup
-	errs := make(chan error, 1000)
-	for w := range 8 {
-		wg.Go(func() {
-			for i := w; i < 1000; i += 8 {
-				errs <- create(slicegen.Slice(fmt.Sprintf("other-%04d", i), slicegen.Namespace(ns),
-					slicegen.Service(fmt.Sprintf("svc-%d", i%50)), slicegen.Pod(fmt.Sprintf("p-%d", i), fmt.Sprintf("10.1.%d.%d", i/250, i%250+1))))
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	createUnrelatedSlices(t, ns, 1000)
 	t.Logf("created 1,000 unrelated slices in %s", time.Since(start).Round(time.Millisecond))
 	for _, s := range []discoveryv1.EndpointSlice{
 		slicegen.Slice("epp-elsewhere", slicegen.Namespace(other), slicegen.Pod("epp-9", "10.2.0.9")),
@@ -119,5 +103,30 @@ func TestCacheHoldsOnlyTheServiceSlices(t *testing.T) {
 	}
 	if len(cached.Items) != 3 {
 		t.Fatalf("cache holds %d slices after a late unrelated slice, want 3", len(cached.Items))
+	}
+}
+
+// createUnrelatedSlices creates n slices of 50 other Services in ns, with 8 workers.
+func createUnrelatedSlices(t *testing.T, ns string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				s := slicegen.Slice(fmt.Sprintf("other-%04d", i), slicegen.Namespace(ns),
+					slicegen.Service(fmt.Sprintf("svc-%d", i%50)), slicegen.Pod(fmt.Sprintf("p-%d", i), fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)))
+				_, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{})
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 }

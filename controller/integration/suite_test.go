@@ -22,7 +22,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 var env *testenv.Env

@@ -41,6 +41,11 @@ type entry struct {
 	Namespace string `json:"namespace,omitempty"`
 	Address   string `json:"address"`
 	Port      *int64 `json:"port,omitempty"`
+	// The conditions, as the /debug/peers document gives them; a peer without them
+	// is ready, serving and not terminating.
+	Ready       *bool `json:"ready,omitempty"`
+	Serving     *bool `json:"serving,omitempty"`
+	Terminating *bool `json:"terminating,omitempty"`
 }
 
 // Parse reads a peers file's content. The result is ordered by ID. The error names
@@ -84,7 +89,17 @@ func (e entry) label() string {
 }
 
 func (e entry) metadata(def Defaults) (peers.PeerMetadata, error) {
-	p := peers.PeerMetadata{Namespace: e.Namespace, Name: e.Name, Port: def.Port}
+	p := peers.PeerMetadata{Namespace: e.Namespace, Name: e.Name, Port: def.Port, Ready: true}
+	if e.Ready != nil {
+		p.Ready = *e.Ready
+	}
+	p.Serving = p.Ready
+	if e.Serving != nil {
+		p.Serving = *e.Serving
+	}
+	if e.Terminating != nil {
+		p.Terminating = *e.Terminating
+	}
 	if p.Namespace == "" {
 		p.Namespace = def.Namespace
 	}

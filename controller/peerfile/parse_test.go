@@ -12,6 +12,11 @@ import (
 
 var defaults = peerfile.Defaults{Namespace: "ns", Port: 9005}
 
+// rp is a peer as a file gives it without conditions: ready and serving.
+func rp(ns, name, addr string, port int32) peers.PeerMetadata {
+	return peers.PeerMetadata{Namespace: ns, Name: name, Address: addr, Port: port, Ready: true, Serving: true}
+}
+
 func TestParse(t *testing.T) {
 	tests := []struct {
 		name string
@@ -19,18 +24,23 @@ func TestParse(t *testing.T) {
 		want []peers.PeerMetadata
 	}{
 		{"JSON", `{"peers": [{"name": "b", "namespace": "team", "address": "10.0.0.2", "port": 7000}, {"name": "a", "namespace": "team", "address": "10.0.0.1", "port": 7000}]}`,
-			[]peers.PeerMetadata{{Namespace: "team", Name: "a", Address: "10.0.0.1", Port: 7000}, {Namespace: "team", Name: "b", Address: "10.0.0.2", Port: 7000}}},
+			[]peers.PeerMetadata{rp("team", "a", "10.0.0.1", 7000), rp("team", "b", "10.0.0.2", 7000)}},
 		{"YAML with defaults for namespace and port", "peers:\n- name: a\n  address: 10.0.0.1\n- {name: b, address: 'fd00:0::2', port: 1}\n",
-			[]peers.PeerMetadata{{Namespace: "ns", Name: "a", Address: "10.0.0.1", Port: 9005}, {Namespace: "ns", Name: "b", Address: "fd00::2", Port: 1}}},
+			[]peers.PeerMetadata{rp("ns", "a", "10.0.0.1", 9005), rp("ns", "b", "fd00::2", 1)}},
 		{"empty list", `{"peers": []}`, []peers.PeerMetadata{}},
 		{"the /debug/peers document", `{"enabled": true, "source": "endpointslice", "synced": true,
 			"self": {"name": "epp-0", "namespace": "ns", "addresses": ["10.0.0.1"]},
 			"peers": [{"id": "ns/epp-1", "name": "epp-1", "namespace": "ns", "address": "10.0.0.2", "port": 9005}],
 			"updatedAt": "2026-11-29T10:00:00Z"}`,
-			[]peers.PeerMetadata{{Namespace: "ns", Name: "epp-1", Address: "10.0.0.2", Port: 9005}}},
+			[]peers.PeerMetadata{rp("ns", "epp-1", "10.0.0.2", 9005)}},
 		{"the disabled document", `{"enabled": false, "peers": []}`, []peers.PeerMetadata{}},
+		{"conditions as /debug/peers gives them", `{"peers": [
+			{"name": "a", "address": "10.0.0.1", "ready": false},
+			{"name": "b", "address": "10.0.0.2", "ready": false, "serving": true, "terminating": true}]}`,
+			[]peers.PeerMetadata{{Namespace: "ns", Name: "a", Address: "10.0.0.1", Port: 9005},
+				{Namespace: "ns", Name: "b", Address: "10.0.0.2", Port: 9005, Serving: true, Terminating: true}}},
 		{"port 65535", `{"peers": [{"name": "a", "address": "10.0.0.1", "port": 65535}]}`,
-			[]peers.PeerMetadata{{Namespace: "ns", Name: "a", Address: "10.0.0.1", Port: 65535}}},
+			[]peers.PeerMetadata{rp("ns", "a", "10.0.0.1", 65535)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,7 +65,7 @@ func TestParseRejects(t *testing.T) {
 		{"empty", "  \n", []string{"empty"}},
 		{"no peers field", `{"peer": []}`, []string{"peer"}},
 		{"peers null", `{"peers": null}`, []string{`no "peers" field`}},
-		{"unknown entry field", `{"peers": [{"name": "a", "address": "10.0.0.1", "adress": "x"}]}`, []string{"adress"}},
+		{"unknown entry field", `{"peers": [{"name": "a", "address": "10.0.0.1", "adress": "x"}]}`, []string{"adress"}}, //nolint:misspell // the typo is the test
 		{"IPv4 with a typo", `{"peers": [{"name": "a", "address": "10.0.0.1"}, {"name": "b", "address": "10.0.0.300"}]}`,
 			[]string{"peers[1]", "name b", "address", "10.0.0.300"}},
 		{"IPv6 in brackets", `{"peers": [{"name": "a", "address": "[fd00::1]"}]}`, []string{"peers[0]", "address", "without brackets"}},

@@ -13,9 +13,9 @@ import (
 	"github.com/fsnotify/fsnotify"
 	"github.com/go-logr/logr"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
 
 // Debounce is how long a burst of file events must be quiet before the file is read.
@@ -24,37 +24,49 @@ const Debounce = 50 * time.Millisecond
 // DefaultPollInterval is how often the file is re-read besides fsnotify events.
 const DefaultPollInterval = 2 * time.Second
 
-// Source publishes the peers listed in a file, without this replica, to a notifier,
-// and keeps doing so as the file changes.
+// Config says which file to read and how to turn its entries into peers.
+type Config struct {
+	// Path of the peers file.
+	Path string
+	// Defaults fill what entries leave out.
+	Defaults Defaults
+	// Membership says which entries are peers by their ready and terminating fields
+	// ("" is peers.MembershipReady; entries without them are ready).
+	Membership peers.Membership
+	// Self is left out; an empty Self.Namespace means Defaults.Namespace.
+	Self peers.Self
+}
+
+// Source is the peers-file peer source (a discovery.Source): it publishes the
+// peers listed in a file, without this replica, and keeps doing so as the file
+// changes.
 type Source struct {
-	path     string
-	defaults Defaults
-	self     peerset.Self
-	selfNS   string
-	tracker  *peers.Tracker
-	log      logr.Logger
-	now      func() time.Time
+	cfg Config
+	pub *discovery.Publisher
+	log logr.Logger
 	// PollInterval is how often the file is re-read even without an event.
 	PollInterval time.Duration
 
 	seen     string // what the last read saw: the content or the error
 	seenOnce bool
-	peers.SourceStatus
 }
 
-// NewSource returns a Source for the file at path. Entries without a namespace get
-// def.Namespace, entries without a port def.Port; self (in namespace def.Namespace)
-// is left out.
-func NewSource(path string, def Defaults, self peerset.Self, n peers.PeerNotifier, log logr.Logger) *Source {
-	return &Source{
-		path: path, defaults: def, self: self, selfNS: def.Namespace,
-		tracker: peers.NewTracker(n), log: log, now: time.Now, PollInterval: DefaultPollInterval,
+var _ discovery.Source = (*Source)(nil)
+
+// NewSource returns a Source for cfg, publishing through pub.
+func NewSource(cfg Config, pub *discovery.Publisher, log logr.Logger) *Source {
+	if cfg.Self.Namespace == "" {
+		cfg.Self.Namespace = cfg.Defaults.Namespace
 	}
+	if cfg.Membership == "" {
+		cfg.Membership = peers.MembershipReady
+	}
+	return &Source{cfg: cfg, pub: pub, log: log.WithValues("file", cfg.Path), PollInterval: DefaultPollInterval}
 }
 
 // Run loads the file and reloads it on every change until ctx ends.
 func (s *Source) Run(ctx context.Context) error {
-	dir := filepath.Dir(s.path)
+	dir := filepath.Dir(s.cfg.Path)
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		return fmt.Errorf("--epp-peer-file: cannot watch files: %w", err)
@@ -107,7 +119,8 @@ func (s *Source) Run(ctx context.Context) error {
 // new content is parsed and published, a bad one or a missing file is logged and
 // counted once, not on every poll.
 func (s *Source) reload() {
-	data, err := readLimited(s.path)
+	path := s.cfg.Path
+	data, err := readLimited(path)
 	seen := "data:" + string(data)
 	if err != nil {
 		seen = "error:" + err.Error()
@@ -117,42 +130,28 @@ func (s *Source) reload() {
 	}
 	s.seen, s.seenOnce = seen, true
 	switch {
-	case errors.Is(err, fs.ErrNotExist) && !s.Synced():
-		s.fail(metrics.ReasonRead, fmt.Errorf("peers file %s does not exist yet; not ready until it appears", s.path))
+	case errors.Is(err, fs.ErrNotExist) && !s.pub.Synced():
+		s.pub.Fail(metrics.ReasonRead, fmt.Errorf("peers file %s does not exist yet; not ready until it appears", path))
 		return
 	case errors.Is(err, fs.ErrNotExist):
-		s.fail(metrics.ReasonRead, fmt.Errorf("peers file %s was removed; keeping the last good set of %d peers", s.path, s.tracker.Len()))
+		s.pub.Fail(metrics.ReasonRead, fmt.Errorf("peers file %s was removed; keeping the last good set of %d peers", path, s.pub.Len()))
 		return
 	case err != nil:
-		s.fail(metrics.ReasonRead, fmt.Errorf("reading peers file %s: %w; keeping the last good set of %d peers", s.path, err, s.tracker.Len()))
+		s.pub.Fail(metrics.ReasonRead, fmt.Errorf("reading peers file %s: %w; keeping the last good set of %d peers", path, err, s.pub.Len()))
 		return
 	}
-	set, err := Parse(data, s.defaults)
+	set, err := Parse(data, s.cfg.Defaults)
 	if err != nil {
-		s.fail(metrics.ReasonParse, fmt.Errorf("peers file %s rejected, keeping the last good set of %d peers: %w", s.path, s.tracker.Len(), err))
+		s.pub.Fail(metrics.ReasonParse, fmt.Errorf("peers file %s rejected, keeping the last good set of %d peers: %w", path, s.pub.Len(), err))
 		return
 	}
 	kept := set[:0]
 	for _, p := range set {
-		if !s.self.IsSelf(s.selfNS, p) {
+		if !s.cfg.Self.Is(p) && s.cfg.Membership.Admits(p.Ready, p.Terminating) {
 			kept = append(kept, p)
 		}
 	}
-	change := s.tracker.Publish(kept)
-	metrics.ObserveChange(change, len(kept), s.now())
-	if !change.Empty() {
-		s.log.Info("peer set changed", "file", s.path, "peers", len(kept), "upserted", ids(change.Upserts), "deleted", change.Deletes)
-	}
-	if s.MarkSynced(s.now()) {
-		metrics.Synced.Set(1)
-		s.log.Info("peer discovery synced", "file", s.path, "peers", len(kept))
-	}
-}
-
-func (s *Source) fail(reason string, err error) {
-	metrics.Errors.WithLabelValues(reason).Inc()
-	s.SetError(err)
-	s.log.Error(err, "peers file not loaded", "file", s.path)
+	s.pub.Publish(kept)
 }
 
 // readLimited reads at most MaxSize+1 bytes, so that an oversized file is detected
@@ -164,12 +163,4 @@ func readLimited(path string) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(io.LimitReader(f, MaxSize+1))
-}
-
-func ids(ps []peers.PeerMetadata) []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.ID()
-	}
-	return out
 }

@@ -13,17 +13,18 @@ import (
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
 
-var self = peerset.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
+var self = peers.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
 
 // running is a Source running on a file until the test ends.
 type running struct {
 	*peerfile.Source
+	*discovery.Publisher
 	store *peers.MemoryPeerStore
 }
 
@@ -31,8 +32,15 @@ type running struct {
 // off, so that only file events can explain a reload.
 func run(t *testing.T, path string, poll time.Duration) running {
 	t.Helper()
+	return runWith(t, peerfile.Config{Path: path, Defaults: defaults, Self: self}, poll)
+}
+
+// runWith starts a Source for cfg.
+func runWith(t *testing.T, cfg peerfile.Config, poll time.Duration) running {
+	t.Helper()
 	store := peers.NewMemoryPeerStore()
-	src := peerfile.NewSource(path, defaults, self, store, testr.New(t))
+	pub := discovery.NewPublisher(peers.SourceFile, store, testr.New(t))
+	src := peerfile.NewSource(cfg, pub, testr.New(t))
 	src.PollInterval = time.Hour
 	if poll > 0 {
 		src.PollInterval = poll
@@ -46,7 +54,7 @@ func run(t *testing.T, path string, poll time.Duration) running {
 			t.Errorf("Run: %v", err)
 		}
 	})
-	return running{Source: src, store: store}
+	return running{Source: src, Publisher: pub, store: store}
 }
 
 func names(ps []peers.PeerMetadata) string {

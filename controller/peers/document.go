@@ -35,6 +35,10 @@ type PeerEntry struct {
 	Namespace string `json:"namespace"`
 	Address   string `json:"address"`
 	Port      int32  `json:"port"`
+	// Ready, Serving and Terminating are the peer's conditions (PeerMetadata).
+	Ready       bool `json:"ready"`
+	Serving     bool `json:"serving"`
+	Terminating bool `json:"terminating"`
 }
 
 // DisabledDocument is what a replica with peer discovery off serves.
@@ -44,12 +48,8 @@ func DisabledDocument() Document { return Document{Enabled: false, Peers: []Peer
 func Entries(ps []PeerMetadata) []PeerEntry {
 	out := make([]PeerEntry, 0, len(ps))
 	for _, p := range ps {
-		out = append(out, PeerEntry{ID: p.ID(), Name: p.Name, Namespace: p.Namespace, Address: p.Address, Port: p.Port})
+		out = append(out, PeerEntry{ID: p.ID(), Name: p.Name, Namespace: p.Namespace, Address: p.Address, Port: p.Port,
+			Ready: p.Ready, Serving: p.Serving, Terminating: p.Terminating})
 	}
 	return out
-}
-
-// Metadata converts a document entry back to PeerMetadata.
-func (e PeerEntry) Metadata() PeerMetadata {
-	return PeerMetadata{Namespace: e.Namespace, Name: e.Name, Address: e.Address, Port: e.Port}
 }

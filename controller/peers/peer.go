@@ -7,7 +7,8 @@ import (
 	"strconv"
 )
 
-// PeerMetadata identifies one peer replica and where to reach it.
+// PeerMetadata identifies one peer replica, where to reach it, and the state its
+// source reports for it.
 type PeerMetadata struct {
 	// Namespace and Name are the peer's identity: the Pod a slice endpoint refers to,
 	// or, for an endpoint without a targetRef, its namespace and first address.
@@ -17,6 +18,13 @@ type PeerMetadata struct {
 	Address string
 	// Port is the peer's sync port.
 	Port int32
+	// Ready, Serving and Terminating are the endpoint's conditions as its source
+	// reports them (an unknown ready or serving condition counts as true, an unknown
+	// terminating one as false). With MembershipReady every peer is ready and not
+	// terminating; with MembershipAlive a peer may be not ready (a standby).
+	Ready       bool
+	Serving     bool
+	Terminating bool
 }
 
 // ID is the peer's identity, "namespace/name". Peers are ordered by ID (byte order).
@@ -68,7 +76,8 @@ type PeerStore interface {
 
 // Change is the difference between two peer sets.
 type Change struct {
-	// Upserts are new peers and peers whose address or port changed, ordered by ID.
+	// Upserts are new peers and peers whose address, port or conditions changed,
+	// ordered by ID.
 	Upserts []PeerMetadata
 	// Deletes are the IDs of peers that left, in byte order.
 	Deletes []string
@@ -76,6 +85,21 @@ type Change struct {
 
 // Empty reports whether the change changes nothing.
 func (c Change) Empty() bool { return len(c.Upserts) == 0 && len(c.Deletes) == 0 }
+
+// Apply sends c to n: the whole change at once to a BatchNotifier, else the deletes
+// and then the upserts, one call each, in order.
+func (c Change) Apply(n PeerNotifier) {
+	if b, ok := n.(BatchNotifier); ok {
+		b.ApplyPeerChange(c)
+		return
+	}
+	for _, id := range c.Deletes {
+		n.DeletePeer(id)
+	}
+	for _, p := range c.Upserts {
+		n.UpsertPeer(p)
+	}
+}
 
 // Diff returns what turns the set old into the set cur. Both are keyed by ID; their
 // order does not matter.

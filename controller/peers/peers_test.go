@@ -2,6 +2,11 @@ package peers_test
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -193,5 +198,119 @@ func TestHostPort(t *testing.T) {
 	}
 	if got := p("a", "10.0.0.1", 9005).HostPort(); got != "10.0.0.1:9005" {
 		t.Fatalf("IPv4 HostPort = %q", got)
+	}
+}
+
+// callLog is a PeerNotifier that records its calls and the goroutine of each.
+type callLog struct {
+	mu    sync.Mutex
+	calls []string
+	gids  map[uint64]bool
+	block chan struct{} // when set, the first call waits for it
+}
+
+func (c *callLog) record(s string) {
+	if c.block != nil {
+		<-c.block
+		c.block = nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, s)
+	c.gids[goroutineID()] = true
+}
+
+func (c *callLog) UpsertPeer(p peers.PeerMetadata) { c.record("upsert " + p.ID()) }
+func (c *callLog) DeletePeer(id string)            { c.record("delete " + id) }
+
+func (c *callLog) snapshot() ([]string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.calls), len(c.gids)
+}
+
+// goroutineID parses the current goroutine's number from its stack header.
+func goroutineID() uint64 {
+	var buf [64]byte
+	n := runtime.Stack(buf[:], false)
+	f := strings.Fields(strings.TrimPrefix(string(buf[:n]), "goroutine "))
+	id, _ := strconv.ParseUint(f[0], 10, 64)
+	return id
+}
+
+func TestFollowDeliversInOrderFromOneGoroutine(t *testing.T) {
+	s := peers.NewMemoryPeerStore()
+	s.UpsertPeer(p("a", "10.0.0.1", 1)) // before Follow: delivered as the initial set
+	log := &callLog{gids: map[uint64]bool{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Follow(ctx, log) }()
+
+	waitCalls := func(n int) []string {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+			calls, _ := log.snapshot()
+			if len(calls) >= n {
+				return calls
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("after 5s: calls %v, want %d", calls, n)
+			}
+		}
+	}
+	waitCalls(1)
+	// Changes from several goroutines: every call still comes from Follow's.
+	var wg sync.WaitGroup
+	for i := range 4 {
+		wg.Go(func() { s.UpsertPeer(p(fmt.Sprintf("w%d", i), "10.0.1.1", 1)) })
+	}
+	wg.Wait()
+	waitCalls(5)
+	s.UpsertPeer(p("b", "10.0.0.2", 1))
+	waitCalls(6)
+	s.DeletePeer("ns/b")
+	calls := waitCalls(7)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Follow returned %v when its context ended, want nil", err)
+	}
+	if calls[0] != "upsert ns/a" || calls[5] != "upsert ns/b" || calls[6] != "delete ns/b" {
+		t.Fatalf("calls %v: want the initial set first and b's upsert before its delete", calls)
+	}
+	if _, g := log.snapshot(); g != 1 {
+		t.Fatalf("calls came from %d goroutines, want 1", g)
+	}
+}
+
+func TestFollowCoalescesForASlowNotifier(t *testing.T) {
+	s := peers.NewMemoryPeerStore()
+	release := make(chan struct{})
+	log := &callLog{gids: map[uint64]bool{}, block: release}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { _ = s.Follow(ctx, log) }()
+	s.UpsertPeer(p("a", "10.0.0.1", 1)) // the notifier blocks in this call
+	time.Sleep(20 * time.Millisecond)
+	for i := 2; i <= 50; i++ { // meanwhile a's port changes 49 times and b comes and goes
+		s.UpsertPeer(p("a", "10.0.0.1", int32(i)))
+		s.UpsertPeer(p("b", "10.0.0.2", 1))
+		s.DeletePeer("ns/b")
+	}
+	close(release)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		if calls, _ := log.snapshot(); len(calls) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no second call")
+		}
+	}
+	time.Sleep(20 * time.Millisecond)
+	calls, _ := log.snapshot()
+	if strings.Join(calls, ",") != "upsert ns/a,upsert ns/a" {
+		t.Fatalf("calls %v: a slow notifier gets the net change (a's newest port), not a backlog", calls)
+	}
+	if got, _ := s.Peer("ns/a"); got.Port != 50 {
+		t.Fatalf("store has a at port %d", got.Port)
 	}
 }

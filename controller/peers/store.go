@@ -104,6 +104,26 @@ func (s *MemoryPeerStore) snapshotLocked() Snapshot {
 	return Snapshot{Version: s.version, Peers: ps, UpdatedAt: s.updated}
 }
 
+// Follow sends n the current set, then every later change, until ctx ends; it
+// returns nil then. Every call to n is made from the goroutine that called Follow, in
+// order, so n need not be safe for concurrent use. Like WaitForChange it coalesces:
+// a notifier slower than the changes receives the net change since its last call
+// (per peer, calls keep the order of the changes), never a backlog of stale ones.
+func (s *MemoryPeerStore) Follow(ctx context.Context, n PeerNotifier) error {
+	var (
+		delivered []PeerMetadata
+		version   uint64
+	)
+	for {
+		snap, err := s.WaitForChange(ctx, version)
+		if err != nil {
+			return nil
+		}
+		Diff(delivered, snap.Peers).Apply(n)
+		delivered, version = snap.Peers, snap.Version
+	}
+}
+
 // WaitForChange blocks until the store's version is greater than after, then returns
 // the newest snapshot. Pass the Version of the last snapshot you handled (0 at first).
 // It returns ctx.Err() when ctx ends first.

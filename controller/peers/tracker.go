@@ -22,16 +22,7 @@ func (t *Tracker) Publish(cur []PeerMetadata) Change {
 	if c.Empty() {
 		return c
 	}
-	if b, ok := t.notifier.(BatchNotifier); ok {
-		b.ApplyPeerChange(c)
-	} else {
-		for _, id := range c.Deletes {
-			t.notifier.DeletePeer(id)
-		}
-		for _, p := range c.Upserts {
-			t.notifier.UpsertPeer(p)
-		}
-	}
+	c.Apply(t.notifier)
 	t.last = append(t.last[:0:0], cur...)
 	return c
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 )
 
 // benchSlices returns n ready endpoints in slices of at most 100, the way the
@@ -29,7 +29,7 @@ func BenchmarkCompute(b *testing.B) {
 	for _, n := range []int{10, 100, 1000, 10000} {
 		b.Run(fmt.Sprintf("endpoints=%d", n), func(b *testing.B) {
 			in := benchSlices(n)
-			cfg := config(peerset.Self{Name: "epp-0"})
+			cfg := config(peers.Self{Name: "epp-0"})
 			b.ReportAllocs()
 			for b.Loop() {
 				if got := peerset.Compute(cfg, in); len(got) != n-1 {
@@ -46,7 +46,7 @@ func BenchmarkCompute(b *testing.B) {
 func BenchmarkOneEndpointChange(b *testing.B) {
 	const n = 10000
 	in := benchSlices(n)
-	cfg := config(peerset.Self{Name: "epp-0"})
+	cfg := config(peers.Self{Name: "epp-0"})
 	store := peers.NewMemoryPeerStore()
 	tracker := peers.NewTracker(store)
 	tracker.Publish(peerset.Compute(cfg, in))

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
 
@@ -70,6 +71,7 @@ func slicesFromBytes(data []byte) []discoveryv1.EndpointSlice {
 			ep := discoveryv1.Endpoint{
 				Conditions: discoveryv1.EndpointConditions{
 					Ready:       fuzzBools[r.pick(3)],
+					Serving:     fuzzBools[r.pick(3)],
 					Terminating: fuzzBools[r.pick(3)],
 				},
 			}
@@ -93,7 +95,11 @@ func FuzzCompute(f *testing.F) {
 	f.Add([]byte("the same pod in many slices of every family and readiness"), byte(6))
 	f.Fuzz(func(t *testing.T, data []byte, selfByte byte) {
 		in := slicesFromBytes(data)
-		self := peerset.Self{}
+		self := peers.Self{}
+		membership := peers.MembershipReady
+		if selfByte&16 != 0 {
+			membership = peers.MembershipAlive
+		}
 		if selfByte&1 != 0 {
 			self.Name = "epp-0"
 		}
@@ -107,6 +113,7 @@ func FuzzCompute(f *testing.F) {
 			slices.Reverse(self.Addresses)
 		}
 		cfg := config(self)
+		cfg.Membership = membership
 		got := peerset.Compute(cfg, in)
 
 		// No self, no duplicate identities, sorted, plain IP addresses.
@@ -128,6 +135,9 @@ func FuzzCompute(f *testing.F) {
 			}
 			if p.Port < 1 {
 				t.Fatalf("peer %s has port %d", p.ID(), p.Port)
+			}
+			if p.Terminating || (membership == peers.MembershipReady && !p.Ready) {
+				t.Fatalf("peer %s with ready=%v terminating=%v under membership %q", p.ID(), p.Ready, p.Terminating, membership)
 			}
 		}
 		// Order independence: reversing and rotating the input changes nothing.
@@ -188,7 +198,7 @@ func modelIDs(cfg peerset.Config, in []discoveryv1.EndpointSlice) []string {
 			ready := ep.Conditions.Ready == nil || *ep.Conditions.Ready
 			terminating := ep.Conditions.Terminating != nil && *ep.Conditions.Terminating
 			first, err := netip.ParseAddr(ep.Addresses[0])
-			if ready && !terminating && err == nil && first.Zone() == "" {
+			if (ready || cfg.Membership == peers.MembershipAlive) && !terminating && err == nil && first.Zone() == "" {
 				eligibleIDs[id] = true
 			}
 		}

@@ -9,15 +9,6 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 
-// Self is the replica that computes its peers.
-type Self struct {
-	// Name is the replica's Pod name (POD_NAME), in Config.Namespace. May be empty.
-	Name string
-	// Addresses are the replica's own IPs (POD_IP first, then POD_IPS). The first
-	// one's family is the preferred family for peers listed in several families.
-	Addresses []netip.Addr
-}
-
 // Config says which slices to read and how to turn them into peers.
 type Config struct {
 	// Namespace and Service select the slices: namespace and the
@@ -28,8 +19,10 @@ type Config struct {
 	PortName string
 	// DefaultPort is used when a slice has no port named PortName.
 	DefaultPort int32
-	// Self is excluded from the result.
-	Self Self
+	// Membership says which endpoints are peers ("" is peers.MembershipReady).
+	Membership peers.Membership
+	// Self is excluded from the result. An empty Self.Namespace means Namespace.
+	Self peers.Self
 }
 
 // candidate is one listing of an identity in one slice.
@@ -37,6 +30,13 @@ type candidate struct {
 	addr  netip.Addr
 	port  int32
 	slice string
+	conds conditions
+}
+
+// conditions of an endpoint, with unknown values resolved: ready and serving count
+// as true (serving as ready), terminating as false.
+type conditions struct {
+	ready, serving, terminating bool
 }
 
 type identity struct {
@@ -53,9 +53,14 @@ type entry struct {
 // the rules in the package documentation and is deterministic: any permutation of
 // slices gives the same result.
 func Compute(cfg Config, slices []discoveryv1.EndpointSlice) []peers.PeerMetadata {
-	family := 0
-	if len(cfg.Self.Addresses) > 0 {
-		family = familyOf(cfg.Self.Addresses[0])
+	self := cfg.Self
+	if self.Namespace == "" {
+		self.Namespace = cfg.Namespace
+	}
+	family := self.Family()
+	membership := cfg.Membership
+	if membership == "" {
+		membership = peers.MembershipReady
 	}
 	byID := map[identity]entry{}
 	for i := range slices {
@@ -74,16 +79,13 @@ func Compute(cfg Config, slices []discoveryv1.EndpointSlice) []peers.PeerMetadat
 			}
 			id := identityOf(s, ep)
 			e := byID[id]
-			if id.namespace == cfg.Namespace && cfg.Self.Name != "" && id.name == cfg.Self.Name {
+			if self.IsName(id.namespace, id.name) || isSelfAddress(ep.Addresses, self) {
 				e.excluded = true
 			}
-			if isSelfAddress(ep.Addresses, cfg.Self.Addresses) {
-				e.excluded = true
-			}
-			if eligible(ep) {
+			if conds := conditionsOf(ep); membership.Admits(conds.ready, conds.terminating) {
 				// The API server validates addresses; skip what it would reject.
 				if addr, err := netip.ParseAddr(ep.Addresses[0]); err == nil && addr.Zone() == "" {
-					c := candidate{addr: addr, port: port, slice: s.Name}
+					c := candidate{addr: addr, port: port, slice: s.Name, conds: conds}
 					if !e.eligible || better(c, e.best, family) {
 						e.best, e.eligible = c, true
 					}
@@ -98,10 +100,13 @@ func Compute(cfg Config, slices []discoveryv1.EndpointSlice) []peers.PeerMetadat
 			continue
 		}
 		out = append(out, peers.PeerMetadata{
-			Namespace: id.namespace,
-			Name:      id.name,
-			Address:   e.best.addr.String(),
-			Port:      e.best.port,
+			Namespace:   id.namespace,
+			Name:        id.name,
+			Address:     e.best.addr.String(),
+			Port:        e.best.port,
+			Ready:       e.best.conds.ready,
+			Serving:     e.best.conds.serving,
+			Terminating: e.best.conds.terminating,
 		})
 	}
 	peers.SortByID(out)
@@ -119,9 +124,14 @@ func identityOf(s *discoveryv1.EndpointSlice, ep *discoveryv1.Endpoint) identity
 	return identity{namespace: s.Namespace, name: ep.Addresses[0]}
 }
 
-func eligible(ep *discoveryv1.Endpoint) bool {
+func conditionsOf(ep *discoveryv1.Endpoint) conditions {
 	c := ep.Conditions
-	return (c.Ready == nil || *c.Ready) && (c.Terminating == nil || !*c.Terminating)
+	out := conditions{ready: c.Ready == nil || *c.Ready, terminating: c.Terminating != nil && *c.Terminating}
+	out.serving = out.ready
+	if c.Serving != nil {
+		out.serving = *c.Serving
+	}
+	return out
 }
 
 // slicePort returns the number of the slice's port named name, else def.
@@ -134,19 +144,10 @@ func slicePort(s *discoveryv1.EndpointSlice, name string, def int32) int32 {
 	return def
 }
 
-func isSelfAddress(addrs []string, self []netip.Addr) bool {
-	if len(self) == 0 {
-		return false
-	}
+func isSelfAddress(addrs []string, self peers.Self) bool {
 	for _, a := range addrs {
-		ip, err := netip.ParseAddr(a)
-		if err != nil {
-			continue
-		}
-		for _, s := range self {
-			if ip.Unmap() == s.Unmap() {
-				return true
-			}
+		if self.HasAddress(a) {
+			return true
 		}
 	}
 	return false
@@ -157,7 +158,7 @@ func isSelfAddress(addrs []string, self []netip.Addr) bool {
 // lists one identity twice in a slice) the lower address and port.
 func better(a, b candidate, family int) bool {
 	if family != 0 {
-		af, bf := familyOf(a.addr) == family, familyOf(b.addr) == family
+		af, bf := peers.FamilyOf(a.addr) == family, peers.FamilyOf(b.addr) == family
 		if af != bf {
 			return af
 		}
@@ -169,28 +170,4 @@ func better(a, b candidate, family int) bool {
 		return c < 0
 	}
 	return a.port < b.port
-}
-
-func familyOf(a netip.Addr) int {
-	if a.Unmap().Is4() {
-		return 4
-	}
-	return 6
-}
-
-// IsSelf reports whether p is this replica: p's namespace is namespace and its name
-// is s.Name, or p's address is one of s.Addresses. Sources other than EndpointSlices
-// (a peers file) use it to leave the replica out as Compute does.
-func (s Self) IsSelf(namespace string, p peers.PeerMetadata) bool {
-	if s.Name != "" && p.Namespace == namespace && p.Name == s.Name {
-		return true
-	}
-	if a, err := netip.ParseAddr(p.Address); err == nil {
-		for _, own := range s.Addresses {
-			if a.Unmap() == own.Unmap() {
-				return true
-			}
-		}
-	}
-	return false
 }

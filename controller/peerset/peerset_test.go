@@ -10,7 +10,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 )
 
 var (
@@ -18,7 +18,7 @@ var (
 	slice  = slicegen.Slice
 	ipv6   = slicegen.IPv6
 	ports  = slicegen.Ports
-	selfV4 = peerset.Self{Name: "epp-0", Addresses: addrs("10.0.0.1")}
+	selfV4 = peers.Self{Name: "epp-0", Addresses: addrs("10.0.0.1")}
 )
 
 func addrs(s ...string) []netip.Addr {
@@ -30,17 +30,17 @@ func addrs(s ...string) []netip.Addr {
 }
 
 func peer(name, addr string, port int32) peers.PeerMetadata {
-	return peers.PeerMetadata{Namespace: "ns", Name: name, Address: addr, Port: port}
+	return peers.PeerMetadata{Namespace: "ns", Name: name, Address: addr, Port: port, Ready: true, Serving: true}
 }
 
-func config(self peerset.Self) peerset.Config {
+func config(self peers.Self) peerset.Config {
 	return peerset.Config{Namespace: "ns", Service: "epp", PortName: "peer-sync", DefaultPort: 9005, Self: self}
 }
 
 func TestCompute(t *testing.T) {
 	tests := []struct {
 		name   string
-		self   peerset.Self
+		self   peers.Self
 		slices []discoveryv1.EndpointSlice
 		want   []peers.PeerMetadata
 	}{
@@ -78,7 +78,7 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name:   "rule 2: an IPv6-only Service gives IPv6 peers, printed without brackets",
-			self:   peerset.Self{Name: "epp-0", Addresses: addrs("fd00::1")},
+			self:   peers.Self{Name: "epp-0", Addresses: addrs("fd00::1")},
 			slices: []discoveryv1.EndpointSlice{slice("epp-a", ipv6(), pod("epp-1", "fd00:0:0::2"))},
 			want:   []peers.PeerMetadata{peer("epp-1", "fd00::2", 9005)},
 		},
@@ -124,7 +124,7 @@ func TestCompute(t *testing.T) {
 				pod("epp-1", "10.0.0.2", slicegen.RefNamespace("")),
 				pod("epp-2", "10.0.0.3", slicegen.RefNamespace("team-b")))},
 			want: []peers.PeerMetadata{peer("epp-1", "10.0.0.2", 9005),
-				{Namespace: "team-b", Name: "epp-2", Address: "10.0.0.3", Port: 9005}},
+				{Namespace: "team-b", Name: "epp-2", Address: "10.0.0.3", Port: 9005, Ready: true, Serving: true}},
 		},
 		{
 			name: "rule 4: an endpoint with several addresses uses the first",
@@ -144,7 +144,7 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "rule 4: the same pod in an IPv4 and an IPv6 slice is one peer with self's family (IPv6)",
-			self: peerset.Self{Name: "epp-0", Addresses: addrs("fd00::1", "10.0.0.1")},
+			self: peers.Self{Name: "epp-0", Addresses: addrs("fd00::1", "10.0.0.1")},
 			slices: []discoveryv1.EndpointSlice{
 				slice("epp-a4", pod("epp-1", "10.0.0.2")),
 				slice("epp-b6", ipv6(), pod("epp-1", "fd00::2")),
@@ -153,7 +153,7 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "rule 4: self's family unknown (only POD_NAME): the slice whose name sorts first wins",
-			self: peerset.Self{Name: "epp-0"},
+			self: peers.Self{Name: "epp-0"},
 			slices: []discoveryv1.EndpointSlice{
 				slice("epp-b4", pod("epp-1", "10.0.0.2")),
 				slice("epp-a6", ipv6(), pod("epp-1", "fd00::2")),
@@ -180,28 +180,28 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "rule 5: self excluded by name even with an unknown address",
-			self: peerset.Self{Name: "epp-0"},
+			self: peers.Self{Name: "epp-0"},
 			slices: []discoveryv1.EndpointSlice{slice("epp-a",
 				pod("epp-0", "10.0.0.9"), pod("epp-1", "10.0.0.2"))},
 			want: []peers.PeerMetadata{peer("epp-1", "10.0.0.2", 9005)},
 		},
 		{
 			name: "rule 5: a pod of the same name in another namespace is not self",
-			self: peerset.Self{Name: "epp-0"},
+			self: peers.Self{Name: "epp-0"},
 			slices: []discoveryv1.EndpointSlice{slice("epp-a",
 				pod("epp-0", "10.0.0.9", slicegen.RefNamespace("other")))},
-			want: []peers.PeerMetadata{{Namespace: "other", Name: "epp-0", Address: "10.0.0.9", Port: 9005}},
+			want: []peers.PeerMetadata{{Namespace: "other", Name: "epp-0", Address: "10.0.0.9", Port: 9005, Ready: true, Serving: true}},
 		},
 		{
 			name: "rule 5: self excluded by POD_IP without a name",
-			self: peerset.Self{Addresses: addrs("10.0.0.1")},
+			self: peers.Self{Addresses: addrs("10.0.0.1")},
 			slices: []discoveryv1.EndpointSlice{slice("epp-a",
 				pod("epp-0", "10.0.0.1"), pod("epp-1", "10.0.0.2"))},
 			want: []peers.PeerMetadata{peer("epp-1", "10.0.0.2", 9005)},
 		},
 		{
 			name: "rule 5: self excluded by its second IP (POD_IPS), in every slice and family",
-			self: peerset.Self{Addresses: addrs("10.0.0.1", "fd00::1")},
+			self: peers.Self{Addresses: addrs("10.0.0.1", "fd00::1")},
 			slices: []discoveryv1.EndpointSlice{
 				slice("epp-a4", pod("epp-0", "10.0.0.99"), pod("epp-1", "10.0.0.2")),
 				slice("epp-b6", ipv6(), pod("epp-0", "fd00::1"), pod("epp-1", "fd00::2")),
@@ -210,14 +210,14 @@ func TestCompute(t *testing.T) {
 		},
 		{
 			name: "rule 5: self excluded by a non-first address of an endpoint without targetRef",
-			self: peerset.Self{Addresses: addrs("10.0.0.1")},
+			self: peers.Self{Addresses: addrs("10.0.0.1")},
 			slices: []discoveryv1.EndpointSlice{slice("epp-a",
 				slicegen.Endpoint("", []string{"10.0.0.50", "10.0.0.1"}))},
 			want: []peers.PeerMetadata{},
 		},
 		{
 			name: "rule 5: a not-ready listing with self's address still excludes the identity",
-			self: peerset.Self{Addresses: addrs("10.0.0.1")},
+			self: peers.Self{Addresses: addrs("10.0.0.1")},
 			slices: []discoveryv1.EndpointSlice{
 				slice("epp-a", pod("epp-7", "10.0.0.1", slicegen.NotReady())),
 				slice("epp-b", pod("epp-7", "10.0.0.70")),
@@ -268,6 +268,60 @@ func TestCompute(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestComputeMembership covers --epp-peer-membership: ready (the default, rule 3
+// unchanged) against alive (standbys that are not ready count too), and the
+// conditions each peer reports.
+func TestComputeMembership(t *testing.T) {
+	standby := func(name, addr string) peers.PeerMetadata {
+		p := peer(name, addr, 9005)
+		p.Ready, p.Serving = false, false
+		return p
+	}
+	in := []discoveryv1.EndpointSlice{slice("epp-a",
+		pod("epp-1", "10.0.0.2"),                                // the leader: ready
+		pod("epp-2", "10.0.0.3", slicegen.NotReady()),           // a standby
+		pod("epp-3", "10.0.0.4", slicegen.ReadyUnknown()),       // unknown readiness counts as ready
+		pod("epp-4", "10.0.0.5", slicegen.TerminatingServing()), // shutting down, still serving
+		pod("epp-5", "10.0.0.6", slicegen.NotReady(), slicegen.Terminating()),
+		pod("epp-0", "10.0.0.1", slicegen.NotReady()), // self, not ready
+	)}
+	unknown := peer("epp-3", "10.0.0.4", 9005)
+	unknown.Serving = true
+	tests := []struct {
+		membership peers.Membership
+		want       []peers.PeerMetadata
+	}{
+		{"", []peers.PeerMetadata{peer("epp-1", "10.0.0.2", 9005), unknown}},
+		{peers.MembershipReady, []peers.PeerMetadata{peer("epp-1", "10.0.0.2", 9005), unknown}},
+		{peers.MembershipAlive, []peers.PeerMetadata{peer("epp-1", "10.0.0.2", 9005), standby("epp-2", "10.0.0.3"), unknown}},
+	}
+	for _, tc := range tests {
+		t.Run(string(tc.membership), func(t *testing.T) {
+			cfg := config(selfV4)
+			cfg.Membership = tc.membership
+			if diff := cmp.Diff(tc.want, peerset.Compute(cfg, in)); diff != "" {
+				t.Fatalf("peers (-want +got):\n%s", diff)
+			}
+		})
+	}
+
+	// A pod not ready in its IPv4 slice and ready in its IPv6 slice: with alive it
+	// is one peer, in self's family, with that listing's conditions.
+	dual := []discoveryv1.EndpointSlice{
+		slice("epp-a", pod("epp-1", "10.0.0.2", slicegen.NotReady())),
+		slice("epp-b", ipv6(), pod("epp-1", "fd00::2")),
+	}
+	cfg := config(selfV4)
+	cfg.Membership = peers.MembershipAlive
+	if diff := cmp.Diff([]peers.PeerMetadata{standby("epp-1", "10.0.0.2")}, peerset.Compute(cfg, dual)); diff != "" {
+		t.Fatalf("alive, dual stack (-want +got):\n%s", diff)
+	}
+	cfg.Membership = peers.MembershipReady
+	if diff := cmp.Diff([]peers.PeerMetadata{peer("epp-1", "fd00::2", 9005)}, peerset.Compute(cfg, dual)); diff != "" {
+		t.Fatalf("ready, dual stack (-want +got):\n%s", diff)
 	}
 }
 

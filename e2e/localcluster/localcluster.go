@@ -27,7 +27,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 // PodCIDR is where KWOK takes the fake pod IPs from.
@@ -214,7 +214,7 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 		return true, nil
 	})
 	if err != nil {
-		return fmt.Errorf("local cluster not ready after %s: %v (last: %s)", timeout, err, last)
+		return fmt.Errorf("local cluster not ready after %s: %w (last: %s)", timeout, err, last)
 	}
 	return nil
 }

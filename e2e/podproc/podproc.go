@@ -31,8 +31,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 // Replica is one running epp process standing in for a pod.

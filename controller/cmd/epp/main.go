@@ -15,7 +15,7 @@ import (
 )
 
 func main() {
-	opts, err := app.Parse(os.Args[1:], os.Getenv, os.Stderr)
+	opts, err := app.Parse(os.Args[1:], getenv, os.Stderr)
 	switch {
 	case errors.Is(err, app.ErrHelp):
 		os.Exit(0)
@@ -37,4 +37,14 @@ func main() {
 		log.Error(err, "epp stopped")
 		os.Exit(1)
 	}
+}
+
+// getenv is os.Getenv, except that HOSTNAME, when unset, is the kernel's host name
+// (the Pod's name in Kubernetes): the replica's name without POD_NAME.
+func getenv(key string) string {
+	v := os.Getenv(key)
+	if v == "" && key == "HOSTNAME" {
+		v, _ = os.Hostname()
+	}
+	return v
 }

@@ -103,6 +103,11 @@ func NilEndpoints() SliceOption {
 	return func(s *discoveryv1.EndpointSlice) { s.Endpoints = nil }
 }
 
+// ConditionsOf returns endpoint conditions with all three set.
+func ConditionsOf(ready, serving, terminating bool) discoveryv1.EndpointConditions {
+	return discoveryv1.EndpointConditions{Ready: ptr.To(ready), Serving: ptr.To(serving), Terminating: ptr.To(terminating)}
+}
+
 // NotReady sets ready=false, serving=false.
 func NotReady() EndpointOption {
 	return func(e *discoveryv1.Endpoint) {
@@ -119,6 +124,16 @@ func ReadyUnknown() EndpointOption {
 // Terminating sets terminating=true and leaves ready as it is.
 func Terminating() EndpointOption {
 	return func(e *discoveryv1.Endpoint) { e.Conditions.Terminating = ptr.To(true) }
+}
+
+// TerminatingServing is a Pod shutting down that still serves: ready=false,
+// serving=true, terminating=true.
+func TerminatingServing() EndpointOption {
+	return func(e *discoveryv1.Endpoint) {
+		e.Conditions.Ready = ptr.To(false)
+		e.Conditions.Serving = ptr.To(true)
+		e.Conditions.Terminating = ptr.To(true)
+	}
 }
 
 // RefNamespace sets the targetRef's namespace (empty means "the slice's").

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/render"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 // Warnings collects the API server's warnings (pod security "warn" mode among them).

@@ -21,10 +21,10 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/localcluster"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 const (
@@ -111,7 +111,7 @@ func (d *demo) helm(ctx context.Context, args ...string) error {
 	cmd := exec.CommandContext(ctx, filepath.Join(d.root, "bin", "helm"), args...)
 	cmd.Env = append(os.Environ(), "HELM_CACHE_HOME="+os.TempDir()+"/epp-demo-helm", "HELM_CONFIG_HOME="+os.TempDir()+"/epp-demo-helm", "HELM_DATA_HOME="+os.TempDir()+"/epp-demo-helm")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("helm %v: %v\n%s", args[:2], err, out)
+		return fmt.Errorf("helm %v: %w\n%s", args[:2], err, out)
 	}
 	return nil
 }
@@ -124,7 +124,7 @@ func (d *demo) scale(ctx context.Context, n int) error {
 func (d *demo) deleteOnePod(ctx context.Context) error {
 	s, err := peerview.Read(ctx, d.cluster.Clientset, ns, "epp", selector)
 	if err != nil || len(s.Live) == 0 {
-		return fmt.Errorf("no pod to delete: %v", err)
+		return fmt.Errorf("no pod to delete: %w", err)
 	}
 	fmt.Printf("   deleting pod %s\n", s.Live[0].Name)
 	return d.cluster.Clientset.CoreV1().Pods(ns).Delete(ctx, s.Live[0].Name, metav1.DeleteOptions{})

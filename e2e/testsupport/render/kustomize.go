@@ -11,7 +11,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 // KustomizeFS returns an in-memory copy of the repository's kustomize/ folder, at

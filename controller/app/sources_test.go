@@ -1,0 +1,103 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/staticsource"
+)
+
+// TestANewSourceIsOnePackageAndOneLine registers the static source with one line
+// and runs it through the binary's wiring: /debug/peers, /readyz, the snapshot file
+// and the metrics all work for it without any other change.
+func TestANewSourceIsOnePackageAndOneLine(t *testing.T) {
+	list := []peers.PeerMetadata{
+		{Namespace: "ns", Name: "epp-0", Address: "10.0.0.1", Port: 9005, Ready: true, Serving: true},
+		{Namespace: "ns", Name: "epp-1", Address: "10.0.0.2", Port: 9005, Ready: true, Serving: true},
+		{Namespace: "ns", Name: "epp-2", Address: "fd00::3", Port: 7000, Ready: true, Serving: true},
+	}
+	sources := app.DefaultSources()
+	sources["static"] = func(d app.SourceDeps) (discovery.Source, error) { return staticsource.New(list, d.Options.Self, d.Publisher), nil }
+
+	snap := filepath.Join(t.TempDir(), "peers.json")
+	opts, err := app.Parse([]string{"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
+		"--epp-peer-snapshot-file=" + snap}, env("POD_NAME", "epp-0", "NAMESPACE", "ns"), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.EnablePeerDiscovery, opts.PeerSource = true, "static"
+	opts.Self = peers.Self{Namespace: "ns", Name: "epp-0"}
+	a, err := app.NewWithSources(opts, nil, logr.Discard(), sources)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+
+	get := func(addr, path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if code, _ := get(a.ProbeAddr(), "/readyz"); code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the static source never made the replica ready")
+		}
+	}
+	_, body := get(a.MetricsAddr(), "/debug/peers")
+	var doc peers.Document
+	if err := json.Unmarshal([]byte(body), &doc); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, p := range doc.Peers {
+		ids = append(ids, p.ID+"@"+p.Address)
+	}
+	if doc.Source != "static" || doc.Synced == nil || !*doc.Synced || strings.Join(ids, ",") != "ns/epp-1@10.0.0.2,ns/epp-2@fd00::3" {
+		t.Fatalf("/debug/peers of the static source:\n%s", body)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(snap); err == nil && strings.Contains(string(b), `"source": "static"`) && strings.Contains(string(b), "epp-2") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no snapshot of the static source's peers")
+		}
+	}
+	if _, m := get(a.MetricsAddr(), "/metrics"); !strings.Contains(m, "epp_peer_discovery_peers 2") || !strings.Contains(m, "epp_peer_discovery_synced 1") {
+		t.Fatal("/metrics does not follow the static source")
+	}
+}
+
+func TestAnUnregisteredSourceIsAnError(t *testing.T) {
+	opts := app.Options{EnablePeerDiscovery: true, PeerSource: "nowhere", MetricsAddr: "127.0.0.1:0", ProbeAddr: "127.0.0.1:0"}
+	if _, err := app.New(opts, nil, logr.Discard()); err == nil || !strings.Contains(err.Error(), `"nowhere"`) {
+		t.Fatalf("New with an unknown source: %v", err)
+	}
+}

@@ -1,0 +1,76 @@
+package discovery
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+)
+
+// PeerDiscovery runs one Source inside a host program, in the plugin shape of the
+// EPP ecosystem: SetupWithManager (before the host's manager starts), then Start
+// with the host's notifier, and Ready. The source publishes into a store of its own,
+// from which Start delivers to the notifier.
+type PeerDiscovery struct {
+	source Source
+	store  *peers.MemoryPeerStore
+	pub    *Publisher
+}
+
+// NewPeerDiscovery builds a source with build, giving it a Publisher for the source
+// named name that feeds the PeerDiscovery's own store.
+func NewPeerDiscovery(name string, log logr.Logger, build func(*Publisher) (Source, error)) (*PeerDiscovery, error) {
+	store := peers.NewMemoryPeerStore()
+	pub := NewPublisher(name, store, log)
+	src, err := build(pub)
+	if err != nil {
+		return nil, err
+	}
+	return &PeerDiscovery{source: src, store: store, pub: pub}, nil
+}
+
+// Source is the source this PeerDiscovery runs.
+func (d *PeerDiscovery) Source() Source { return d.source }
+
+// SetupWithManager registers the source with the host's manager, if it needs one.
+// Call it before the manager starts.
+func (d *PeerDiscovery) SetupWithManager(mgr manager.Manager) error {
+	ms, ok := d.source.(ManagerSource)
+	if !ok {
+		return nil
+	}
+	return ms.SetupWithManager(mgr)
+}
+
+// Start runs the source and sends n the current peer set and then every change,
+// until ctx ends (then it returns nil) or the source fails. Every call to n is made
+// from the goroutine that called Start, in order: n need not be safe for concurrent
+// use. A notifier slower than the changes receives the net change since its last call.
+// Call Start once.
+func (d *PeerDiscovery) Start(ctx context.Context, n peers.PeerNotifier) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		err := d.source.Run(ctx)
+		cancel() // a failed source ends the delivery too
+		done <- err
+	}()
+	_ = d.store.Follow(ctx, n)
+	if err := <-done; err != nil {
+		return fmt.Errorf("peer discovery (%s): %w", d.pub.Source(), err)
+	}
+	return nil
+}
+
+// Ready is closed once the source's initial reconciliation was published.
+func (d *PeerDiscovery) Ready() <-chan struct{} { return d.pub.Ready() }
+
+// Peers is the published peer set, to read directly besides the notifier.
+func (d *PeerDiscovery) Peers() *peers.MemoryPeerStore { return d.store }
+
+// Status is the source's status: synced, and the last error.
+func (d *PeerDiscovery) Status() Status { return d.pub }
