@@ -66,8 +66,8 @@ test-fuzz: ## Fuzz the peer-set computation and the peers-file parser, FUZZTIME 
 	go test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./controller/peerfile
 
 .PHONY: test-integration
-test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest), and the bin/epp black-box test.
-	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/integration/...
+test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest): the wiring, a host manager, the llm-d-router adapter, and bin/epp black-box.
+	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/integration/... ./internal/...
 
 .PHONY: test-manifests
 test-manifests: k8s ## Helm chart and kustomize: renders, schema, lint, parity, and acceptance + RBAC on a real API server.
@@ -182,6 +182,10 @@ $(BIN)/golangci-lint: hack/tools/go.mod
 .PHONY: lint
 lint: $(BIN)/golangci-lint verify-modgraph ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, and the module-graph check (terraform fmt is checked by test-terraform).
 	@for m in $(GO_MODULES); do echo "golangci-lint: $$m"; (cd $$m && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...) || exit 1; done
+
+.PHONY: fmt
+fmt: $(BIN)/golangci-lint ## Format the Go code of every module (gofmt, goimports) as make lint expects.
+	@for m in $(GO_MODULES); do (cd $$m && $(BIN)/golangci-lint fmt --config $(ROOT)/.golangci.yml ./...) || exit 1; done
 
 .PHONY: verify-modgraph
 verify-modgraph: ## Fail when the root module's graph holds Helm, kustomize, terratest, Terraform or cloud SDK modules.

@@ -11,12 +11,14 @@ import (
 func TestOverlaysAcceptedUnderRestrictedPodSecurity(t *testing.T) {
 	c, w := accept.Client(t, env)
 	for _, tc := range []struct {
-		name    string
-		enabled bool
-	}{{"default", false}, {"peer-discovery", true}} {
+		name       string
+		enabled    bool
+		components []string
+	}{{"default", false, nil}, {"peer-discovery", true, []string{"peer-discovery"}},
+		{"alive", true, []string{"peer-discovery", "peer-membership-alive"}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := accept.RestrictedNamespace(t, env, "kust-"+tc.name)
-			objs := userOverlay(t, ns, "", tc.enabled)
+			objs := userOverlay(t, ns, "", tc.components...)
 			accept.Restricted(t, c, w, objs)
 			if tc.enabled && !accept.Can(t, env, ns, "epp", "watch", "discovery.k8s.io", "endpointslices", ns) {
 				t.Fatal("the overlay's ServiceAccount cannot watch endpointslices")

@@ -3,6 +3,7 @@ package kustomize_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -27,13 +28,16 @@ func build(t *testing.T, dir string) []client.Object {
 	return objs
 }
 
-// userOverlay builds an overlay of the kind the README shows: the base, optionally
-// the component, a namespace and a name prefix.
-func userOverlay(t *testing.T, namespace, prefix string, withComponent bool) []client.Object {
+// userOverlay builds an overlay of the kind the README shows: the base, the named
+// components of kustomize/components, a namespace and a name prefix.
+func userOverlay(t *testing.T, namespace, prefix string, components ...string) []client.Object {
 	t.Helper()
 	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../../base\n"
-	if withComponent {
-		k += "components:\n  - ../../components/peer-discovery\n"
+	if len(components) > 0 {
+		k += "components:\n"
+		for _, c := range components {
+			k += "  - ../../components/" + c + "\n"
+		}
 	}
 	if namespace != "" {
 		k += "namespace: " + namespace + "\n"
@@ -41,7 +45,7 @@ func userOverlay(t *testing.T, namespace, prefix string, withComponent bool) []c
 	if prefix != "" {
 		k += "namePrefix: " + prefix + "\n"
 	}
-	objs, err := render.KustomizeOverlay(fmt.Sprintf("user-%s-%s-%v", namespace, prefix, withComponent), k)
+	objs, err := render.KustomizeOverlay(fmt.Sprintf("user-%s-%s-%s", namespace, prefix, strings.Join(components, "-")), k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +144,7 @@ func TestOverlays(t *testing.T) {
 // TestNamePrefixAndNamespace: under an overlay's namePrefix and namespace, the flag
 // still names the (renamed) Service and the RoleBinding the (renamed) ServiceAccount.
 func TestNamePrefixAndNamespace(t *testing.T) {
-	objs := userOverlay(t, "team-a", "router-", true)
+	objs := userOverlay(t, "team-a", "router-", "peer-discovery")
 	svc := one[*corev1.Service](t, objs)
 	if svc.Name != "router-epp" || svc.Namespace != "team-a" {
 		t.Fatalf("Service %s/%s", svc.Namespace, svc.Name)

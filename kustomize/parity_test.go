@@ -85,23 +85,25 @@ func views(objs []client.Object) map[string]view {
 func TestParityWithHelm(t *testing.T) {
 	for _, tc := range []struct {
 		name, release, prefix string
-		enabled               bool
+		peerDiscovery         map[string]any // chart values under router.epp.peerDiscovery
+		components            []string
 	}{
-		{"off", "epp", "", false},
-		{"on", "epp", "", true},
-		{"on, release router = namePrefix router-", "router", "router-", true},
-		{"off, release router = namePrefix router-", "router", "router-", false},
+		{"off", "epp", "", nil, nil},
+		{"on", "epp", "", map[string]any{"enabled": true}, []string{"peer-discovery"}},
+		{"on, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true}, []string{"peer-discovery"}},
+		{"off, release router = namePrefix router-", "router", "router-", nil, nil},
+		{"on, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive"}, []string{"peer-discovery", "peer-membership-alive"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var values map[string]any
-			if tc.enabled {
-				values = map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": true}}}}
+			if tc.peerDiscovery != nil {
+				values = map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": tc.peerDiscovery}}}
 			}
 			helm, err := render.HelmObjects(tc.release, "team-a", values)
 			if err != nil {
 				t.Fatal(err)
 			}
-			kust := userOverlay(t, "team-a", tc.prefix, tc.enabled)
+			kust := userOverlay(t, "team-a", tc.prefix, tc.components...)
 			if diff := cmp.Diff(views(helm), views(kust)); diff != "" {
 				t.Fatalf("Helm (-) and kustomize (+) differ:\n%s", diff)
 			}

@@ -26,6 +26,7 @@ locals {
           serviceName = var.peer_service_name
           portName    = var.peer_port_name
           port        = var.peer_port
+          membership  = var.peer_membership
         }
       }
     }

@@ -2,7 +2,10 @@ package terraform_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -48,8 +51,13 @@ func TestTerraformTest(t *testing.T) {
 	if err != nil {
 		t.Fatalf("terraform test failed:\n%s", out)
 	}
-	if !strings.Contains(out, "12 passed, 0 failed") {
-		t.Fatalf("terraform test did not run the 12 runs of tests/plan.tftest.hcl:\n%s", out)
+	src, err := os.ReadFile(filepath.Join(dir, "tests", "plan.tftest.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := regexp.MustCompile(`(?m)^run "`).FindAll(src, -1)
+	if want := fmt.Sprintf("%d passed, 0 failed", len(runs)); len(runs) == 0 || !strings.Contains(out, want) {
+		t.Fatalf("terraform test did not pass all %d runs of tests/plan.tftest.hcl (want %q):\n%s", len(runs), want, out)
 	}
 }
 
@@ -69,6 +77,7 @@ func TestValidationMessages(t *testing.T) {
 		{"port 70000", map[string]any{"namespace": "ns", "peer_port": 70000}, "peer_port must be a whole number between 1 and 65535"},
 		{"port name", map[string]any{"namespace": "ns", "peer_port_name": "Peer_Sync"}, "peer_port_name must be a port name"},
 		{"release name", map[string]any{"namespace": "ns", "release_name": "EPP"}, "release_name must be a DNS-1123 label"},
+		{"membership", map[string]any{"namespace": "ns", "peer_membership": "leader"}, `peer_membership must be "ready" or "alive"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := *opts

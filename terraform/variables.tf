@@ -109,6 +109,17 @@ variable "peer_port" {
   }
 }
 
+variable "peer_membership" {
+  description = "Which endpoints are peers: \"ready\" (ready and not terminating) or \"alive\" (also not-ready ones, e.g. the standbys of an EPP run with leader election)."
+  type        = string
+  default     = "ready"
+
+  validation {
+    condition     = contains(["ready", "alive"], var.peer_membership)
+    error_message = "peer_membership must be \"ready\" or \"alive\"."
+  }
+}
+
 variable "extra_env" {
   description = "Extra environment variables of the epp container, shaped like Kubernetes EnvVar objects: {name, value} or {name, valueFrom}."
   type = list(object({

@@ -29,7 +29,9 @@ func TestANewSourceIsOnePackageAndOneLine(t *testing.T) {
 		{Namespace: "ns", Name: "epp-2", Address: "fd00::3", Port: 7000, Ready: true, Serving: true},
 	}
 	sources := app.DefaultSources()
-	sources["static"] = func(d app.SourceDeps) (discovery.Source, error) { return staticsource.New(list, d.Options.Self, d.Publisher), nil }
+	sources["static"] = func(d app.SourceDeps) (discovery.Source, error) {
+		return staticsource.New(list, d.Options.Self, d.Publisher), nil
+	}
 
 	snap := filepath.Join(t.TempDir(), "peers.json")
 	opts, err := app.Parse([]string{"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",

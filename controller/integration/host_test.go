@@ -126,7 +126,7 @@ func TestHostManager(t *testing.T) {
 			seen := &seenNames{names: map[string]bool{}}
 			for _, obj := range []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}} {
 				kind := fmt.Sprintf("%T", obj)
-				if err := ctrl.NewControllerManagedBy(mgr).For(obj).Named(sa+strings.ToLower(kind[strings.LastIndex(kind, ".")+1:])).
+				if err := ctrl.NewControllerManagedBy(mgr).For(obj).Named(sa + strings.ToLower(kind[strings.LastIndex(kind, ".")+1:])).
 					Complete(reconcile.Func(func(_ context.Context, r reconcile.Request) (reconcile.Result, error) {
 						seen.add(r.Name)
 						return reconcile.Result{}, nil
@@ -259,4 +259,3 @@ func bind(t *testing.T, ns, name, role, sa string) {
 		t.Fatal(err)
 	}
 }
-

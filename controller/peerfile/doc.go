@@ -3,7 +3,9 @@
 //
 // The format is {"peers": [{"name", "namespace", "address", "port"}]}; the
 // /debug/peers document (and so a snapshot file written by another epp) is accepted
-// as well. A file is taken whole or not at all: a file that fails to parse or
+// as well, and its entries' ready, serving and terminating conditions are kept (an
+// entry without them is ready); the replica's membership then decides which entries
+// are peers, as it does for endpoints. A file is taken whole or not at all: a file that fails to parse or
 // validate leaves the last good set in place, is logged with the file, entry and
 // field at fault, and is counted in epp_peer_discovery_errors_total.
 //

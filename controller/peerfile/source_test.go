@@ -267,3 +267,21 @@ func TestPollingCatchesWhatEventsMiss(t *testing.T) {
 	write(t, path, peersFile("epp-3=10.0.0.4"))
 	r.waitPeers(t, "write into the new folder", "epp-3@10.0.0.4:9005")
 }
+
+// TestMembershipAppliesToTheFile: a peers file may carry the conditions of the
+// /debug/peers document; the replica's membership decides which entries are peers.
+func TestMembershipAppliesToTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peers.json")
+	doc := `{"peers": [{"name": "epp-1", "address": "10.0.0.2"}, {"name": "epp-2", "address": "10.0.0.3", "ready": false},
+		{"name": "epp-3", "address": "10.0.0.4", "ready": false, "serving": true, "terminating": true}]}`
+	if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for membership, want := range map[peers.Membership]string{
+		peers.MembershipReady: "epp-1@10.0.0.2:9005",
+		peers.MembershipAlive: "epp-1@10.0.0.2:9005,epp-2@10.0.0.3:9005",
+	} {
+		r := runWith(t, peerfile.Config{Path: path, Defaults: defaults, Self: self, Membership: membership}, 0)
+		r.waitPeers(t, string(membership), want)
+	}
+}

@@ -155,7 +155,8 @@ func isSelfAddress(addrs []string, self peers.Self) bool {
 
 // better reports whether a should be preferred over b: the replica's own family
 // first, then the slice whose name sorts first, then (only for malformed input that
-// lists one identity twice in a slice) the lower address and port.
+// lists one identity twice in a slice) the lower address and port, and the more
+// ready conditions.
 func better(a, b candidate, family int) bool {
 	if family != 0 {
 		af, bf := peers.FamilyOf(a.addr) == family, peers.FamilyOf(b.addr) == family
@@ -169,5 +170,24 @@ func better(a, b candidate, family int) bool {
 	if c := a.addr.Compare(b.addr); c != 0 {
 		return c < 0
 	}
-	return a.port < b.port
+	if a.port != b.port {
+		return a.port < b.port
+	}
+	return a.conds.rank() > b.conds.rank()
+}
+
+// rank orders conditions for the last tie-break: ready, then serving, then not
+// terminating, count for more.
+func (c conditions) rank() int {
+	r := 0
+	if c.ready {
+		r += 4
+	}
+	if c.serving {
+		r += 2
+	}
+	if !c.terminating {
+		r++
+	}
+	return r
 }

@@ -165,9 +165,9 @@ func TestFactoryRefusesBadParameters(t *testing.T) {
 	t.Setenv("POD_NAME", "epp-0")
 	t.Setenv("NAMESPACE", "ns")
 	for params, want := range map[string]string{
-		`{"service": "EPP.svc"}`:                     `invalid service="EPP.svc"`,
-		`{"servce": "epp"}`:                          `unknown field "servce"`,
-		`{}`:                                         `service is required`,
+		`{"service": "EPP.svc"}`: `invalid service="EPP.svc"`,
+		`{"servce": "epp"}`:      `unknown field "servce"`,
+		`{}`:                     `service is required`,
 		`{"service": "epp", "membership": "leader"}`: `invalid membership="leader"`,
 		`{"service": "epp", "port": "9005"}`:         `cannot unmarshal string`,
 	} {

@@ -45,6 +45,7 @@ run "peer_discovery_on" {
       serviceName = null
       portName    = "peer-sync"
       port        = 9005
+      membership  = "ready"
     }
     error_message = "peer discovery on must hand enabled=true with the default port to the chart"
   }
@@ -62,6 +63,7 @@ run "custom_service_and_port" {
     peer_service_name      = "epp-peers"
     peer_port_name         = "state-sync"
     peer_port              = 7000
+    peer_membership        = "alive"
     release_name           = "router"
   }
 
@@ -71,6 +73,7 @@ run "custom_service_and_port" {
       serviceName = "epp-peers"
       portName    = "state-sync"
       port        = 7000
+      membership  = "alive"
     }
     error_message = "custom service, port name and port must reach the chart"
   }
@@ -140,6 +143,14 @@ run "rejects_port_70000" {
     peer_port = 70000
   }
   expect_failures = [var.peer_port]
+}
+
+run "rejects_an_unknown_membership" {
+  command = plan
+  variables {
+    peer_membership = "leader"
+  }
+  expect_failures = [var.peer_membership]
 }
 
 run "rejects_a_bad_port_name" {

@@ -51,9 +51,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if ne (int .port) 9005 }}
 - --epp-peer-port={{ .port }}
 {{- end }}
+{{- if ne (.membership | default "ready") "ready" }}
+- --epp-peer-membership={{ .membership }}
 {{- end }}
 {{- end }}
-{{- $managed := list "enable-peer-discovery" "epp-peer-service" "epp-peer-file" "epp-peer-port-name" "epp-peer-port" "metrics-bind-address" "health-probe-bind-address" "pool-namespace" }}
+{{- end }}
+{{- $managed := list "enable-peer-discovery" "epp-peer-service" "epp-peer-file" "epp-peer-port-name" "epp-peer-port" "epp-peer-membership" "metrics-bind-address" "health-probe-bind-address" "pool-namespace" }}
 {{- range $name := keys ($epp.flags | default dict) | sortAlpha }}
 {{- if has $name $managed }}
 {{- fail (printf "router.epp.flags.%s is set by the chart: use router.epp.peerDiscovery or router.epp.ports instead" $name) }}
