@@ -5,11 +5,11 @@
 # nested test modules (charts/, kustomize/, terraform/, e2e/) and hack/tools.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-forbidden='^(helm\.sh/|sigs\.k8s\.io/kustomize/|github\.com/gruntwork-io/|github\.com/hashicorp/|github\.com/aws/|github\.com/Azure/azure-sdk|cloud\.google\.com/go|google\.golang\.org/api|github\.com/golangci/)'
+forbidden='^(helm\.sh/|sigs\.k8s\.io/kustomize/|github\.com/gruntwork-io/|github\.com/hashicorp/(terraform|hcl|go-plugin|go-getter)|github\.com/opentofu/|github\.com/aws/|github\.com/Azure/azure-sdk|cloud\.google\.com/go|google\.golang\.org/api|github\.com/golangci/)'
 # golang.org/x/oauth2 (through client-go) requires the metadata client of Google's
 # cloud, a single small package that nothing here imports: the one allowed exception.
 allowed='^cloud\.google\.com/go/compute/metadata@'
-graph=$(GOFLAGS=-mod=mod go mod graph)
+graph=$(GOFLAGS=-mod=readonly go mod graph)
 bad=$(echo "$graph" | tr ' ' '\n' | sort -u | grep -E "$forbidden" | grep -Ev "$allowed" || true)
 if [ -n "$bad" ]; then
   echo "the root module's graph holds modules that importers must not get:"

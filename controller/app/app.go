@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"net/http"
@@ -13,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -74,7 +74,7 @@ func NewWithSources(opts Options, restConfig *rest.Config, log logr.Logger, sour
 
 func (a *App) buildSource(restConfig *rest.Config, sources Sources) error {
 	name := a.opts.PeerSource
-	factory, ok := sources[name]
+	spec, ok := sources.lookup(name)
 	if !ok {
 		return fmt.Errorf("peer source %q is not registered", name)
 	}
@@ -86,7 +86,7 @@ func (a *App) buildSource(restConfig *rest.Config, sources Sources) error {
 	}
 	log := a.log.WithName(name)
 	a.pub = discovery.NewPublisher(name, a.Store, log)
-	src, err := factory(SourceDeps{Options: a.opts, Publisher: a.pub, RESTConfig: loadConfig, Log: log})
+	src, err := spec.New(SourceDeps{Options: a.opts, Publisher: a.pub, RESTConfig: loadConfig, Log: log})
 	if err != nil {
 		return fmt.Errorf("peer source %s: %w", name, err)
 	}
@@ -114,21 +114,21 @@ func (a *App) buildSource(restConfig *rest.Config, sources Sources) error {
 	return ms.SetupWithManager(a.mgr)
 }
 
-// LoadRESTConfig loads the Kubernetes client configuration with controller-runtime's
-// loader, in its order: the kubeconfig file given (--kubeconfig), else $KUBECONFIG,
-// else the in-cluster configuration, else ~/.kube/config. The client limits are set
-// here, the one place for them.
+// LoadRESTConfig loads the Kubernetes client configuration in controller-runtime's
+// order: the kubeconfig file given (--kubeconfig), else $KUBECONFIG, else the
+// in-cluster configuration, else ~/.kube/config (without a file, controller-runtime's
+// loader does it). The client limits are set here, the one place for them.
 func LoadRESTConfig(kubeconfig string) (*rest.Config, error) {
-	fs := flag.NewFlagSet("kubeconfig", flag.ContinueOnError)
-	ctrlconfig.RegisterFlags(fs)
-	if err := fs.Set(ctrlconfig.KubeconfigFlagName, kubeconfig); err != nil {
-		return nil, err
+	if kubeconfig != "" {
+		c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig=%s: %w", kubeconfig, err)
+		}
+		return withClientLimits(c), nil
 	}
 	c, err := ctrlconfig.GetConfig()
-	switch {
-	case err != nil && kubeconfig != "":
-		return nil, fmt.Errorf("--kubeconfig=%s: %w", kubeconfig, err)
-	case err != nil:
+	if err != nil {
 		return nil, fmt.Errorf("no Kubernetes API: no --kubeconfig, $KUBECONFIG, in-cluster config or ~/.kube/config: %w", err)
 	}
 	return withClientLimits(c), nil

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
@@ -24,8 +25,6 @@ const (
 // Options are the binary's settings after flag and environment parsing.
 type Options struct {
 	EnablePeerDiscovery bool
-	PeerService         string
-	PeerFile            string
 	PeerPortName        string
 	PeerPort            int
 	PeerMembership      peers.Membership
@@ -35,10 +34,12 @@ type Options struct {
 	MetricsAddr         string
 	ProbeAddr           string
 
-	// PeerSource names the peer source to run in the app's Sources: Parse sets it
-	// to "endpointslice" (--epp-peer-service) or "file" (--epp-peer-file); it is ""
-	// with peer discovery off.
+	// PeerSource names the peer source to run (a SourceSpec.Name): the one whose
+	// flag was set (--epp-peer-service: "endpointslice", --epp-peer-file: "file");
+	// "" with peer discovery off.
 	PeerSource string
+	// SourceArg is the value of that flag: the Service, the peers file.
+	SourceArg string
 
 	// Self is the replica's own identity, from POD_NAME (else the host name),
 	// POD_IP and POD_IPS, in the pool namespace.
@@ -64,19 +65,26 @@ func usageError(err error) error { return &UsageError{msg: err.Error()} }
 // ErrHelp is returned when -h or --help was asked for; usage was printed.
 var ErrHelp = flag.ErrHelp
 
-// Parse reads flags from args and the downward-API environment through getenv
-// (NAMESPACE, POD_NAMESPACE, POD_NAME, POD_IP, POD_IPS, and HOSTNAME for the host
-// name, which is the Pod's name in Kubernetes). It validates everything before any
-// network call. Warnings (flags that have no effect) are written to stderr; usage
-// goes to stderr on a parse error or -h.
+// Parse is ParseSources with DefaultSources.
 func Parse(args []string, getenv func(string) string, stderr io.Writer) (Options, error) {
+	return ParseSources(args, getenv, stderr, DefaultSources())
+}
+
+// ParseSources reads flags from args, with one flag per source of sources, and the
+// downward-API environment through getenv (NAMESPACE, POD_NAMESPACE, POD_NAME,
+// POD_IP, POD_IPS, and HOSTNAME for the host name, which is the Pod's name in
+// Kubernetes). It validates everything before any network call. Warnings (flags that
+// have no effect) are written to stderr; usage goes to stderr on -h.
+func ParseSources(args []string, getenv func(string) string, stderr io.Writer, sources Sources) (Options, error) {
 	var o Options
 	var membership string
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
 	fs.BoolVar(&o.EnablePeerDiscovery, "enable-peer-discovery", false, "Turn peer discovery on. Off: no watch, no extra RBAC needed.")
-	fs.StringVar(&o.PeerService, "epp-peer-service", "", "Name of the EPP's own Service; its EndpointSlices are the peer source.")
-	fs.StringVar(&o.PeerFile, "epp-peer-file", "", "Path of a peers file (YAML or JSON); the file is the peer source, no Kubernetes needed.")
+	sourceArgs := make([]string, len(sources))
+	for i, s := range sources {
+		fs.StringVar(&sourceArgs[i], s.Flag, "", s.Usage)
+	}
 	fs.StringVar(&o.PeerPortName, "epp-peer-port-name", DefaultPeerPortName, "Service port name whose port is each peer's port.")
 	fs.IntVar(&o.PeerPort, "epp-peer-port", DefaultPeerPort, "Port used when a slice has no port of that name.")
 	fs.StringVar(&membership, "epp-peer-membership", string(peers.MembershipReady), `Which endpoints are peers: "ready" (ready, not terminating) or "alive" (also not ready, e.g. leader-election standbys).`)
@@ -89,7 +97,7 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Options
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
-			fmt.Fprintf(stderr, "Usage: epp [flags]\n\nEPP peer discovery: finds the other replicas of this EPP and serves them at /debug/peers.\n\n")
+			fmt.Fprintf(stderr, "Usage: epp [flags]\n       epp check-peers --service=<name> --namespace=<ns> [--port-name=http-metrics] [--timeout=60s]\n\nEPP peer discovery: finds the other replicas of this EPP and serves them at /debug/peers.\n\n")
 			fs.PrintDefaults()
 			return o, ErrHelp
 		}
@@ -98,11 +106,12 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Options
 	if fs.NArg() > 0 {
 		return o, usageErrorf("unexpected argument %q: epp takes flags only", fs.Arg(0))
 	}
-	return o, o.complete(membership, getenv, stderr)
+	return o, o.complete(membership, sources, sourceArgs, getenv, stderr)
 }
 
-// complete validates the options and fills in Self and the source's configuration.
-func (o *Options) complete(membership string, getenv func(string) string, stderr io.Writer) error {
+// complete validates the options and fills in the source, Self and the source's
+// configuration.
+func (o *Options) complete(membership string, sources Sources, sourceArgs []string, getenv func(string) string, stderr io.Writer) error {
 	names := endpointslice.FlagNames
 	if err := endpointslice.ValidatePort(names, o.PeerPort); err != nil {
 		return usageError(err)
@@ -115,45 +124,47 @@ func (o *Options) complete(membership string, getenv func(string) string, stderr
 		return usageError(err)
 	}
 	o.PeerMembership = m
+	var set []int
+	for i, v := range sourceArgs {
+		if v != "" {
+			set = append(set, i)
+		}
+	}
 	if !o.EnablePeerDiscovery {
-		for _, f := range []struct{ name, value string }{{"epp-peer-service", o.PeerService}, {"epp-peer-file", o.PeerFile}} {
-			if f.value != "" {
-				fmt.Fprintf(stderr, "epp: warning: --%s=%s has no effect without --enable-peer-discovery\n", f.name, f.value)
-			}
+		for _, i := range set {
+			fmt.Fprintf(stderr, "epp: warning: --%s=%s has no effect without --enable-peer-discovery\n", sources[i].Flag, sourceArgs[i])
 		}
 		return nil
 	}
-	switch {
-	case o.PeerService == "" && o.PeerFile == "":
-		return usageErrorf("--enable-peer-discovery needs a peer source: set --epp-peer-service=<the EPP Service> or --epp-peer-file=<path>")
-	case o.PeerService != "" && o.PeerFile != "":
-		return usageErrorf("--epp-peer-service and --epp-peer-file are mutually exclusive: set only one peer source")
+	switch len(set) {
+	case 0:
+		var alts []string
+		for _, s := range sources {
+			alts = append(alts, "--"+s.Flag+"="+s.Placeholder)
+		}
+		return usageErrorf("--enable-peer-discovery needs a peer source: set %s", strings.Join(alts, " or "))
+	case 1:
+	default:
+		var flags []string
+		for _, i := range set {
+			flags = append(flags, "--"+sources[i].Flag)
+		}
+		return usageErrorf("%s are mutually exclusive: set only one peer source", strings.Join(flags, " and "))
 	}
+	spec := sources[set[0]]
+	o.PeerSource, o.SourceArg = spec.Name, sourceArgs[set[0]]
 	selfNS := o.PoolNamespace
-	if o.PeerFile != "" && selfNS == "" {
-		selfNS = "default"
+	if selfNS == "" {
+		selfNS = "default" // what a peers file's entries without a namespace get
 	}
 	hostname := func() (string, error) { return getenv("HOSTNAME"), nil }
 	if o.Self, err = peers.SelfFromEnv(selfNS, getenv, hostname); err != nil {
 		return usageError(err)
 	}
-	if o.PeerFile != "" {
-		o.PeerSource = peers.SourceFile
-		return nil
-	}
-	o.PeerSource = peers.SourceEndpointSlice
-	o.EndpointSlice, err = endpointslice.Settings{
-		Service:    o.PeerService,
-		Namespace:  o.PoolNamespace,
-		PortName:   o.PeerPortName,
-		Port:       o.PeerPort,
-		Membership: string(o.PeerMembership),
-	}.Config(names, o.Self)
-	if err != nil {
-		return usageError(err)
+	if spec.Complete != nil {
+		if err := spec.Complete(o); err != nil {
+			return usageError(err)
+		}
 	}
 	return nil
 }
-
-// Source is the configured peer source: "endpointslice", "file", or "" when off.
-func (o *Options) Source() string { return o.PeerSource }

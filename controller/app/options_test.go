@@ -129,8 +129,8 @@ func TestParse(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
-			if o.Source() != tc.wantSource || o.PoolNamespace != tc.wantNS {
-				t.Errorf("source %q namespace %q, want %q %q", o.Source(), o.PoolNamespace, tc.wantSource, tc.wantNS)
+			if o.PeerSource != tc.wantSource || o.PoolNamespace != tc.wantNS {
+				t.Errorf("source %q namespace %q, want %q %q", o.PeerSource, o.PoolNamespace, tc.wantSource, tc.wantNS)
 			}
 			if diff := cmp.Diff(tc.wantSelf, o.Self, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Errorf("self (-want +got):\n%s", diff)
@@ -148,7 +148,7 @@ func TestParse(t *testing.T) {
 			if o.PeerMembership != wantMember {
 				t.Errorf("membership %q, want %q", o.PeerMembership, wantMember)
 			}
-			if o.Source() == "endpointslice" && (o.EndpointSlice.Membership != wantMember || o.EndpointSlice.Self.Name != tc.wantSelf.Name || o.EndpointSlice.Namespace != tc.wantNS) {
+			if o.PeerSource == "endpointslice" && (o.EndpointSlice.Membership != wantMember || o.EndpointSlice.Self.Name != tc.wantSelf.Name || o.EndpointSlice.Namespace != tc.wantNS) {
 				t.Errorf("endpointslice config %+v does not follow the options", o.EndpointSlice)
 			}
 			if o.PeerPortName != "peer-sync" || o.PeerPort != 9005 || o.MetricsAddr != ":9090" || o.ProbeAddr != ":8081" {

@@ -28,19 +28,19 @@ func TestANewSourceIsOnePackageAndOneLine(t *testing.T) {
 		{Namespace: "ns", Name: "epp-1", Address: "10.0.0.2", Port: 9005, Ready: true, Serving: true},
 		{Namespace: "ns", Name: "epp-2", Address: "fd00::3", Port: 7000, Ready: true, Serving: true},
 	}
-	sources := app.DefaultSources()
-	sources["static"] = func(d app.SourceDeps) (discovery.Source, error) {
-		return staticsource.New(list, d.Options.Self, d.Publisher), nil
-	}
+	// The one registration line: a flag, and how to build the source.
+	sources := append(app.DefaultSources(), app.SourceSpec{Name: "static", Flag: "epp-peer-static", Placeholder: "<anything>",
+		New: func(d app.SourceDeps) (discovery.Source, error) {
+			return staticsource.New(list, d.Options.Self, d.Publisher), nil
+		}})
 
 	snap := filepath.Join(t.TempDir(), "peers.json")
-	opts, err := app.Parse([]string{"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
-		"--epp-peer-snapshot-file=" + snap}, env("POD_NAME", "epp-0", "NAMESPACE", "ns"), io.Discard)
+	opts, err := app.ParseSources([]string{"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
+		"--enable-peer-discovery", "--epp-peer-static=yes", "--epp-peer-snapshot-file=" + snap},
+		env("POD_NAME", "epp-0", "NAMESPACE", "ns"), io.Discard, sources)
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts.EnablePeerDiscovery, opts.PeerSource = true, "static"
-	opts.Self = peers.Self{Namespace: "ns", Name: "epp-0"}
 	a, err := app.NewWithSources(opts, nil, logr.Discard(), sources)
 	if err != nil {
 		t.Fatal(err)
@@ -94,6 +94,20 @@ func TestANewSourceIsOnePackageAndOneLine(t *testing.T) {
 	}
 	if _, m := get(a.MetricsAddr(), "/metrics"); !strings.Contains(m, "epp_peer_discovery_peers 2") || !strings.Contains(m, "epp_peer_discovery_synced 1") {
 		t.Fatal("/metrics does not follow the static source")
+	}
+}
+
+// TestARegisteredSourceTakesPartInTheFlagChecks: its flag is refused with another
+// source's, and named when no source is set.
+func TestARegisteredSourceTakesPartInTheFlagChecks(t *testing.T) {
+	sources := append(app.DefaultSources(), app.SourceSpec{Name: "static", Flag: "epp-peer-static", Placeholder: "<anything>"})
+	_, err := app.ParseSources([]string{"--enable-peer-discovery"}, env("POD_NAME", "epp-0"), io.Discard, sources)
+	if err == nil || !strings.Contains(err.Error(), "--epp-peer-static=<anything>") || !strings.Contains(err.Error(), "--epp-peer-file=<path>") {
+		t.Fatalf("no source set: %v", err)
+	}
+	_, err = app.ParseSources([]string{"--enable-peer-discovery", "--epp-peer-file=/p", "--epp-peer-static=x"}, env("POD_NAME", "epp-0"), io.Discard, sources)
+	if err == nil || !strings.Contains(err.Error(), "--epp-peer-file and --epp-peer-static are mutually exclusive") {
+		t.Fatalf("two sources set: %v", err)
 	}
 }
 

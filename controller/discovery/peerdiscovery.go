@@ -2,7 +2,9 @@ package discovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -15,9 +17,11 @@ import (
 // with the host's notifier, and Ready. The source publishes into a store of its own,
 // from which Start delivers to the notifier.
 type PeerDiscovery struct {
-	source Source
-	store  *peers.MemoryPeerStore
-	pub    *Publisher
+	source  Source
+	store   *peers.MemoryPeerStore
+	pub     *Publisher
+	ready   chan struct{}
+	started atomic.Bool
 }
 
 // NewPeerDiscovery builds a source with build, giving it a Publisher for the source
@@ -29,11 +33,8 @@ func NewPeerDiscovery(name string, log logr.Logger, build func(*Publisher) (Sour
 	if err != nil {
 		return nil, err
 	}
-	return &PeerDiscovery{source: src, store: store, pub: pub}, nil
+	return &PeerDiscovery{source: src, store: store, pub: pub, ready: make(chan struct{})}, nil
 }
-
-// Source is the source this PeerDiscovery runs.
-func (d *PeerDiscovery) Source() Source { return d.source }
 
 // SetupWithManager registers the source with the host's manager, if it needs one.
 // Call it before the manager starts.
@@ -45,12 +46,15 @@ func (d *PeerDiscovery) SetupWithManager(mgr manager.Manager) error {
 	return ms.SetupWithManager(mgr)
 }
 
-// Start runs the source and sends n the current peer set and then every change,
+// Start runs the source and sends n the initial peer set and then every change,
 // until ctx ends (then it returns nil) or the source fails. Every call to n is made
 // from the goroutine that called Start, in order: n need not be safe for concurrent
-// use. A notifier slower than the changes receives the net change since its last call.
-// Call Start once.
+// use. A notifier slower than the changes receives the net change since its last
+// call. Ready closes once n holds the initial set. Start may be called once.
 func (d *PeerDiscovery) Start(ctx context.Context, n peers.PeerNotifier) error {
+	if !d.started.CompareAndSwap(false, true) {
+		return errors.New("peer discovery: Start called twice")
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, 1)
@@ -59,18 +63,26 @@ func (d *PeerDiscovery) Start(ctx context.Context, n peers.PeerNotifier) error {
 		cancel() // a failed source ends the delivery too
 		done <- err
 	}()
-	_ = d.store.Follow(ctx, n)
+	select {
+	case <-ctx.Done():
+	case <-d.pub.Ready():
+		initial := d.store.Snapshot()
+		peers.Diff(nil, initial.Peers).Apply(n)
+		close(d.ready)
+		d.store.FollowFrom(ctx, n, initial)
+	}
 	if err := <-done; err != nil {
-		return fmt.Errorf("peer discovery (%s): %w", d.pub.Source(), err)
+		return fmt.Errorf("peer discovery (%s): %w", d.pub.Name(), err)
 	}
 	return nil
 }
 
-// Ready is closed once the source's initial reconciliation was published.
-func (d *PeerDiscovery) Ready() <-chan struct{} { return d.pub.Ready() }
+// Ready is closed once the notifier given to Start holds the source's initial set
+// (the result of its initial reconciliation).
+func (d *PeerDiscovery) Ready() <-chan struct{} { return d.ready }
 
-// Peers is the published peer set, to read directly besides the notifier.
-func (d *PeerDiscovery) Peers() *peers.MemoryPeerStore { return d.store }
+// Peers reads the published peer set, besides the notifier.
+func (d *PeerDiscovery) Peers() peers.Reader { return d.store }
 
 // Status is the source's status: synced, and the last error.
 func (d *PeerDiscovery) Status() Status { return d.pub }

@@ -31,8 +31,8 @@ func NewPublisher(source string, n peers.PeerNotifier, log logr.Logger) *Publish
 	return &Publisher{source: source, tracker: peers.NewTracker(n), log: log, now: time.Now, ready: make(chan struct{})}
 }
 
-// Source is the name of the source that publishes here.
-func (p *Publisher) Source() string { return p.source }
+// Name is the name of the source that publishes here.
+func (p *Publisher) Name() string { return p.source }
 
 // Publish makes set the published peer set: the difference to the last one goes to
 // the notifier, the metrics and the log. The first Publish marks the source synced

@@ -32,10 +32,13 @@ func CacheEntry(namespace, service string) (client.Object, cache.ByObject) {
 // a small cache of its own instead, which needs no change to the host.
 //
 // Mind the cost: controller-runtime starts a controller of a cache only once every
-// informer of that cache has synced, so with the host's cache a missing
-// endpointslices Role holds up the host's own controllers too (the source still
-// reports the missing permission, from an uncached list every DiagnoseInterval). The
-// default, a cache of its own, never touches the host.
+// informer of that cache has synced, and stops the manager when that takes longer
+// than the controller's CacheSyncTimeout (2 minutes by default). With the host's
+// cache, a missing endpointslices Role would therefore stall and then stop the host:
+// SetupWithManager checks the permission and refuses with the missing permission
+// named, and a Role removed later is reported (an uncached list every
+// DiagnoseInterval while not synced). The default, a cache of its own, never touches
+// the host.
 func (s *Source) AddToCacheOptions(o *cache.Options) error {
 	if s.cache != nil {
 		return errors.New("AddToCacheOptions must be called before SetupWithManager")
@@ -48,6 +51,7 @@ func (s *Source) AddToCacheOptions(o *cache.Options) error {
 	if o.Scheme != nil && !o.Scheme.Recognizes(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice")) {
 		return errors.New("the host's scheme lacks discovery.k8s.io/v1 EndpointSlice: add k8s.io/client-go/kubernetes/scheme (or discoveryv1.AddToScheme) to it")
 	}
+	// (SetupWithManager checks the manager's scheme too: hosts usually set it there.)
 	if o.ByObject == nil {
 		o.ByObject = map[client.Object]cache.ByObject{}
 	}

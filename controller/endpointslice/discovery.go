@@ -26,10 +26,15 @@ type Discovery struct {
 // validate one).
 func New(cfg peerset.Config, log logr.Logger) *Discovery {
 	d := &Discovery{}
-	d.PeerDiscovery, _ = discovery.NewPeerDiscovery(peers.SourceEndpointSlice, log, func(pub *discovery.Publisher) (discovery.Source, error) {
+	build := func(pub *discovery.Publisher) (discovery.Source, error) {
 		d.source = NewSource(cfg, pub, log)
 		return d.source, nil
-	})
+	}
+	pd, err := discovery.NewPeerDiscovery(peers.SourceEndpointSlice, log, build)
+	if err != nil {
+		panic(err) // build cannot fail
+	}
+	d.PeerDiscovery = pd
 	return d
 }
 

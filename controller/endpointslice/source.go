@@ -68,6 +68,9 @@ func (s *Source) SetupWithManager(mgr manager.Manager) error {
 		return errors.New("endpointslice peer discovery: SetupWithManager called twice")
 	}
 	if s.hostCache {
+		if err := s.checkHostCache(mgr); err != nil {
+			return err
+		}
 		s.cache = mgr.GetCache()
 	} else {
 		c, err := newOwnCache(mgr, s.cfg.Namespace, s.cfg.Service, s.WatchErrorHandler)
@@ -109,6 +112,26 @@ func (s *Source) SetupWithManager(mgr manager.Manager) error {
 		return fmt.Errorf("setting up the endpointslice controller: %w", err)
 	}
 	return nil
+}
+
+// checkHostCache refuses to join a host's cache that cannot serve the slices: a
+// scheme without EndpointSlices, or a ServiceAccount that may not list them. With a
+// missing Role the slice informer would never sync, and controller-runtime holds
+// every controller of that cache until its informers synced, stopping the manager
+// when their CacheSyncTimeout passes: better fail now, naming the permission.
+func (s *Source) checkHostCache(mgr manager.Manager) error {
+	if !mgr.GetScheme().Recognizes(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice")) {
+		return errors.New("endpointslice peer discovery: the manager's scheme lacks discovery.k8s.io/v1 EndpointSlice: add k8s.io/client-go/kubernetes/scheme (or discoveryv1.AddToScheme) to it")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var list discoveryv1.EndpointSliceList
+	err := mgr.GetAPIReader().List(ctx, &list, client.InNamespace(s.cfg.Namespace),
+		client.MatchingLabels{discoveryv1.LabelServiceName: s.cfg.Service}, client.Limit(1))
+	if apierrors.IsForbidden(err) {
+		return fmt.Errorf("endpointslice peer discovery on the host's cache: %w", s.forbidden(err))
+	}
+	return nil // other errors (the API server not up yet) are the informer's to retry
 }
 
 // Run watches over the source until ctx ends: with the host's cache, whose watch
@@ -181,8 +204,12 @@ func (s *Source) WatchErrorHandler(_ context.Context, _ *toolscache.Reflector, e
 	case errors.Is(err, io.EOF), apierrors.IsResourceExpired(err), apierrors.IsGone(err):
 		return // normal watch ends; the reflector re-lists or re-watches
 	case apierrors.IsForbidden(err):
-		s.pub.Fail(metrics.ReasonForbidden, fmt.Errorf("missing RBAC: need get, list and watch on discovery.k8s.io endpointslices in namespace %q (a Role bound to this pod's ServiceAccount): %w", s.cfg.Namespace, err))
+		s.pub.Fail(metrics.ReasonForbidden, s.forbidden(err))
 	default:
 		s.pub.Fail(metrics.ReasonWatch, fmt.Errorf("list/watch of endpointslices in namespace %q failed: %w", s.cfg.Namespace, err))
 	}
+}
+
+func (s *Source) forbidden(err error) error {
+	return fmt.Errorf("missing RBAC: need get, list and watch on discovery.k8s.io endpointslices in namespace %q (a Role bound to this pod's ServiceAccount): %w", s.cfg.Namespace, err)
 }

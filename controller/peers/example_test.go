@@ -41,7 +41,7 @@ func ExampleMemoryPeerStore_Follow() {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	n := &printer{done: cancel}
-	_ = store.Follow(ctx, n) // returns when ctx ends
+	store.Follow(ctx, n) // returns when ctx ends
 	// Output:
 	// upsert ns/epp-1 at 10.0.0.2:9005
 }

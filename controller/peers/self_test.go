@@ -28,16 +28,18 @@ func TestSelfFromEnv(t *testing.T) {
 		hostname func() (string, error)
 		want     peers.Self
 		wantErr  string
+		known    bool
 	}{
 		{"POD_NAME, POD_IP then POD_IPS without duplicates", envOf("POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "POD_IPS", "10.0.0.1, fd00::1"), host("ignored"),
-			peers.Self{Namespace: "ns", Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")}}, ""},
+			peers.Self{Namespace: "ns", Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd00::1")}}, "", true},
 		{"the host name without POD_NAME", envOf("POD_IP", "10.0.0.1"), host("epp-6f7c-abcde\n"),
-			peers.Self{Namespace: "ns", Name: "epp-6f7c-abcde", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}, ""},
-		{"nothing at all", envOf(), noHost, peers.Self{Namespace: "ns"}, ""},
+			peers.Self{Namespace: "ns", Name: "epp-6f7c-abcde", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}, "", true},
+		{"nothing at all", envOf(), noHost, peers.Self{Namespace: "ns"}, "", false},
+		{"only the host name", envOf(), host("epp-1"), peers.Self{Namespace: "ns", Name: "epp-1"}, "", true},
 		{"IPv4-mapped is unmapped", envOf("POD_IP", "::ffff:10.0.0.1"), nil,
-			peers.Self{Namespace: "ns", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}, ""},
-		{"bad POD_IP", envOf("POD_IP", "10.0.0"), nil, peers.Self{}, `invalid POD_IP="10.0.0"`},
-		{"zone in POD_IPS", envOf("POD_IPS", "fe80::1%eth0"), nil, peers.Self{}, `invalid POD_IPS="fe80::1%eth0"`},
+			peers.Self{Namespace: "ns", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}, "", true},
+		{"bad POD_IP", envOf("POD_IP", "10.0.0"), nil, peers.Self{}, `invalid POD_IP="10.0.0"`, false},
+		{"zone in POD_IPS", envOf("POD_IPS", "fe80::1%eth0"), nil, peers.Self{}, `invalid POD_IPS="fe80::1%eth0"`, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,8 +56,8 @@ func TestSelfFromEnv(t *testing.T) {
 			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Fatalf("(-want +got):\n%s", diff)
 			}
-			if got.Known() != (got.Name != "" || len(got.Addresses) > 0) {
-				t.Fatalf("Known() = %v for %+v", got.Known(), got)
+			if got.Known() != tc.known {
+				t.Fatalf("Known() = %v, want %v", got.Known(), tc.known)
 			}
 		})
 	}
@@ -100,7 +102,7 @@ func TestMembership(t *testing.T) {
 	}
 	table := []struct {
 		ready, terminating bool
-		ready_, alive      bool
+		byReady, byAlive   bool // what each membership admits
 	}{
 		{true, false, true, true},
 		{false, false, false, true},
@@ -108,10 +110,10 @@ func TestMembership(t *testing.T) {
 		{false, true, false, false},
 	}
 	for _, tc := range table {
-		if got := peers.MembershipReady.Admits(tc.ready, tc.terminating); got != tc.ready_ {
+		if got := peers.MembershipReady.Admits(tc.ready, tc.terminating); got != tc.byReady {
 			t.Errorf("ready.Admits(ready=%v, terminating=%v) = %v", tc.ready, tc.terminating, got)
 		}
-		if got := peers.MembershipAlive.Admits(tc.ready, tc.terminating); got != tc.alive {
+		if got := peers.MembershipAlive.Admits(tc.ready, tc.terminating); got != tc.byAlive {
 			t.Errorf("alive.Admits(ready=%v, terminating=%v) = %v", tc.ready, tc.terminating, got)
 		}
 	}

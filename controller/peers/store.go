@@ -33,7 +33,22 @@ type MemoryPeerStore struct {
 var (
 	_ PeerStore     = (*MemoryPeerStore)(nil)
 	_ BatchNotifier = (*MemoryPeerStore)(nil)
+	_ Reader        = (*MemoryPeerStore)(nil)
 )
+
+// Reader reads a MemoryPeerStore without changing it: what a consumer gets when the
+// store belongs to someone else.
+type Reader interface {
+	// Peers returns the current peers ordered by ID. The caller owns the slice.
+	Peers() []PeerMetadata
+	// Peer returns the peer with this ID.
+	Peer(id string) (PeerMetadata, bool)
+	// Snapshot returns the current set and its version.
+	Snapshot() Snapshot
+	// WaitForChange blocks until the version is greater than after (see
+	// MemoryPeerStore.WaitForChange).
+	WaitForChange(ctx context.Context, after uint64) (Snapshot, error)
+}
 
 // NewMemoryPeerStore returns an empty store.
 func NewMemoryPeerStore() *MemoryPeerStore {
@@ -104,23 +119,25 @@ func (s *MemoryPeerStore) snapshotLocked() Snapshot {
 	return Snapshot{Version: s.version, Peers: ps, UpdatedAt: s.updated}
 }
 
-// Follow sends n the current set, then every later change, until ctx ends; it
-// returns nil then. Every call to n is made from the goroutine that called Follow, in
-// order, so n need not be safe for concurrent use. Like WaitForChange it coalesces:
-// a notifier slower than the changes receives the net change since its last call
-// (per peer, calls keep the order of the changes), never a backlog of stale ones.
-func (s *MemoryPeerStore) Follow(ctx context.Context, n PeerNotifier) error {
-	var (
-		delivered []PeerMetadata
-		version   uint64
-	)
+// Follow sends n the current set, then every later change, until ctx ends. Every
+// call to n is made from the goroutine that called Follow, in order, so n need not be
+// safe for concurrent use. Like WaitForChange it coalesces: a notifier slower than
+// the changes receives the net change since its last call (per peer, calls keep the
+// order of the changes), never a backlog of stale ones.
+func (s *MemoryPeerStore) Follow(ctx context.Context, n PeerNotifier) {
+	s.FollowFrom(ctx, n, Snapshot{})
+}
+
+// FollowFrom is Follow for a notifier that already holds the snapshot delivered: it
+// sends only what changed after it.
+func (s *MemoryPeerStore) FollowFrom(ctx context.Context, n PeerNotifier, delivered Snapshot) {
 	for {
-		snap, err := s.WaitForChange(ctx, version)
+		snap, err := s.WaitForChange(ctx, delivered.Version)
 		if err != nil {
-			return nil
+			return
 		}
-		Diff(delivered, snap.Peers).Apply(n)
-		delivered, version = snap.Peers, snap.Version
+		Diff(delivered.Peers, snap.Peers).Apply(n)
+		delivered = snap
 	}
 }
 

@@ -117,6 +117,10 @@ func TestAdapterInAnEPPManager(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Ready not closed 30s after the manager started")
 	}
+	// Ready means the notifier holds the initial set: no waiting.
+	if calls, _ := rec.seen(); len(calls) != 2 {
+		t.Fatalf("right after Ready the notifier got %q, want the initial 2 peers", calls)
+	}
 	waitFor := func(step string, n int) []string {
 		t.Helper()
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
