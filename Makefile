@@ -7,7 +7,10 @@ ROOT        := $(CURDIR)
 BIN         := $(ROOT)/bin
 K8S_BIN     := $(BIN)/k8s
 # The Kubernetes version of the control-plane binaries, from the wrapper module.
+# The one place of the Kubernetes version the tests run (envtest, the local cluster,
+# the kind node image, Helm's default): the k8s.io/kubernetes requirement there.
 K8S_VERSION := $(shell awk '$$1=="k8s.io/kubernetes" {print $$2; exit}' hack/k8s/go.mod)
+K8S_MINOR   := $(word 2,$(subst ., ,$(K8S_VERSION)))
 K8S_STAMP   := $(K8S_BIN)/.built-$(K8S_VERSION)
 # What the tests run; the kind node image also needs kubelet, kubeadm and kube-proxy.
 K8S_COMPONENTS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
@@ -96,8 +99,8 @@ tofu: ## Build OpenTofu into bin/tofu (for machines without terraform).
 ##@ End to end
 HELM_VERSION := $(shell awk '$$1=="helm.sh/helm/v3" {print $$2; exit}' e2e/go.mod)
 HELM_LDFLAGS := -s -w -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
-  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=37 \
-  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=37
+  -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(K8S_MINOR) \
+  -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(K8S_MINOR)
 E2E_TIMEOUT ?= 40m
 
 $(BIN)/helm: e2e/go.mod
@@ -143,7 +146,7 @@ docker-down: ## Stop the dockerd that docker-up started (by PID), nothing else.
 	hack/kind/docker-down.sh $(DOCKER_STATE)
 
 .PHONY: kind-node-image
-kind-node-image: docker-up ## Build the offline kind node image (Kubernetes v1.37.2) from the Go module proxy and Debian.
+kind-node-image: docker-up ## Build the offline kind node image (the Kubernetes version of hack/k8s/go.mod) from the Go module proxy and Debian.
 	hack/kind/node-image.sh $(OFFLINE_NODE_IMAGE)
 
 .PHONY: image
@@ -173,14 +176,46 @@ e2e-kind: e2e-tools kind $(BIN)/epp-runc ## End to end on kind: docker-up, kind-
 ##@ Quality
 # Go modules of the repository: the library (root) and the nested test modules.
 GO_MODULES := . e2e charts kustomize terraform
-GOLANGCI_VERSION := $(shell awk '$$1=="github.com/golangci/golangci-lint/v2" {print $$2; exit}' hack/tools/go.mod)
+# Tools, each pinned as the `tool` of a module of its own under hack/tools (so that
+# their dependencies never mix), built into bin/ on demand.
+tool_version = $(shell awk '$$1=="$(1)" {print $$2; exit}' hack/tools/$(2)/go.mod)
+GOLANGCI_VERSION := $(call tool_version,github.com/golangci/golangci-lint/v2,golangci-lint)
 
-$(BIN)/golangci-lint: hack/tools/go.mod
-	@echo "building golangci-lint $(GOLANGCI_VERSION) (the hack/tools/go.mod tool) into bin/"
-	@$(HEARTBEAT) env CGO_ENABLED=0 go -C hack/tools build -trimpath -ldflags "-X main.version=$(GOLANGCI_VERSION)" -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+$(BIN)/golangci-lint: hack/tools/golangci-lint/go.mod
+	@echo "building golangci-lint $(GOLANGCI_VERSION) (hack/tools/golangci-lint) into bin/"
+	@$(HEARTBEAT) env CGO_ENABLED=0 go -C hack/tools/golangci-lint build -trimpath -ldflags "-X main.version=$(GOLANGCI_VERSION)" -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+$(BIN)/helm-docs: hack/tools/helm-docs/go.mod
+	@echo "building helm-docs (hack/tools/helm-docs) into bin/"
+	@$(HEARTBEAT) env CGO_ENABLED=0 go -C hack/tools/helm-docs build -trimpath -o $@ github.com/norwoodj/helm-docs/cmd/helm-docs
+
+$(BIN)/terraform-docs: hack/tools/terraform-docs/go.mod
+	@echo "building terraform-docs (hack/tools/terraform-docs) into bin/"
+	@$(HEARTBEAT) env CGO_ENABLED=0 go -C hack/tools/terraform-docs build -trimpath -o $@ github.com/terraform-docs/terraform-docs
+
+.PHONY: docs
+docs: $(BIN)/helm-docs $(BIN)/terraform-docs ## Generate charts/epp/README.md (helm-docs, from values.yaml's comments) and terraform/README.md's inputs and outputs (terraform-docs).
+	$(BIN)/helm-docs --chart-search-root charts --skip-version-footer --sort-values-order file --log-level warning
+	$(BIN)/terraform-docs markdown table --output-file README.md --output-mode inject --sort-by required terraform
+
+.PHONY: verify-docs
+verify-docs: $(BIN)/helm-docs $(BIN)/terraform-docs ## Fail when the generated chart or Terraform README is stale (and regenerate it).
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	  cp charts/epp/README.md $$tmp/chart.md 2>/dev/null || touch $$tmp/chart.md; cp terraform/README.md $$tmp/tf.md; \
+	  $(MAKE) --no-print-directory docs >/dev/null; \
+	  stale=0; for f in charts/epp/README.md:chart.md terraform/README.md:tf.md; do \
+	    if ! cmp -s "$${f%%:*}" "$$tmp/$${f##*:}"; then echo "stale generated docs: $${f%%:*} (now regenerated: review and commit it)"; stale=1; fi; \
+	  done; exit $$stale
+
+.PHONY: set-version
+set-version: ## Set the release version everywhere it appears (VERSION=x.y.z): the chart's version and appVersion, kustomize's images and version label.
+	@[ -n "$(VERSION)" ] || { echo "usage: make set-version VERSION=x.y.z"; exit 2; }
+	sed -i -E 's/^(version: ).*/\1$(VERSION)/; s/^(appVersion: ).*/\1"$(VERSION)"/' charts/epp/Chart.yaml
+	sed -i -E 's/(newTag: )"[^"]*"/\1"$(VERSION)"/; s/(app.kubernetes.io\/version: )"[^"]*"/\1"$(VERSION)"/' kustomize/base/kustomization.yaml kustomize/components/peer-discovery-sidecar/kustomization.yaml
+	$(MAKE) docs
 
 .PHONY: lint
-lint: $(BIN)/golangci-lint verify-modgraph ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, and the module-graph check (terraform fmt is checked by test-terraform).
+lint: $(BIN)/golangci-lint verify-modgraph verify-docs ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check and the generated docs (terraform fmt is checked by test-terraform).
 	@for m in $(GO_MODULES); do echo "golangci-lint: $$m"; (cd $$m && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...) || exit 1; done
 
 .PHONY: fmt

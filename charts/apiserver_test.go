@@ -25,16 +25,26 @@ var valueSets = []struct {
 	{"replicas-1", vals("router.epp.replicas", 1)},
 	{"extra-env", vals("router.epp.env", []any{map[string]any{"name": "HF_TOKEN", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "hf", "key": "token"}}}})},
 	{"flags", vals("router.epp.flags", map[string]any{"zap-log-level": "debug"})},
+	{"sidecar", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar", "router.epp.args", consumerArgs)},
+	{"extras", vals("router.epp.extraVolumes", []any{map[string]any{"name": "cache", "emptyDir": map[string]any{}}},
+		"router.epp.extraVolumeMounts", []any{map[string]any{"name": "cache", "mountPath": "/cache"}},
+		"router.epp.commonLabels", map[string]any{"team": "inference"}, "router.epp.podLabels", map[string]any{"tier": "routing"},
+		"router.epp.serviceAccount.annotations", map[string]any{"example.com/role": "epp"})},
 }
 
-// TestRenderingsAcceptedUnderRestrictedPodSecurity sends every rendering to the real
-// API server in a namespace enforcing the restricted pod security level.
+// TestRenderingsAcceptedUnderRestrictedPodSecurity sends every rendering, its helm
+// test pod included, to the real API server in a namespace enforcing the restricted
+// pod security level.
 func TestRenderingsAcceptedUnderRestrictedPodSecurity(t *testing.T) {
 	c, w := accept.Client(t, env)
 	for _, vs := range valueSets {
 		t.Run(vs.name, func(t *testing.T) {
 			ns := accept.RestrictedNamespace(t, env, "chart-"+vs.name)
-			objs, err := render.HelmObjects("epp", ns, vs.values)
+			r, err := render.HelmWith("epp", ns, vs.values)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, err := render.Decode([]byte(r.Manifest + "\n---\n" + r.Hooks))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +81,12 @@ func TestRBACOfTheRenderedServiceAccount(t *testing.T) {
 	on := accept.RestrictedNamespace(t, env, "rbac-on")
 	off := accept.RestrictedNamespace(t, env, "rbac-off")
 	elsewhere := accept.RestrictedNamespace(t, env, "rbac-elsewhere")
-	for ns, values := range map[string]map[string]any{on: vals("router.epp.peerDiscovery.enabled", true), off: nil} {
+	sidecar := accept.RestrictedNamespace(t, env, "rbac-sidecar")
+	shared := accept.RestrictedNamespace(t, env, "rbac-shared")
+	for ns, values := range map[string]map[string]any{on: vals("router.epp.peerDiscovery.enabled", true), off: nil,
+		sidecar: vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar"),
+		shared:  vals("router.epp.peerDiscovery.enabled", true, "router.epp.serviceAccount.create", false, "router.epp.serviceAccount.name", "shared"),
+	} {
 		objs, err := render.HelmObjects("epp", ns, values)
 		if err != nil {
 			t.Fatal(err)
@@ -95,6 +110,14 @@ func TestRBACOfTheRenderedServiceAccount(t *testing.T) {
 		if can(off, verb, disc, "endpointslices", off) {
 			t.Errorf("disabled: can %s endpointslices", verb)
 		}
+	}
+	// Sidecar mode: the ServiceAccount (which only the sidecar's projected token
+	// carries) may watch; a ServiceAccount not created by the chart is the one bound.
+	if !can(sidecar, "watch", disc, "endpointslices", sidecar) {
+		t.Error("sidecar: the ServiceAccount cannot watch endpointslices")
+	}
+	if !accept.Can(t, env, shared, "shared", "watch", disc, "endpointslices", shared) || accept.Can(t, env, shared, "epp", "watch", disc, "endpointslices", shared) {
+		t.Error("serviceAccount.create=false name=shared: the RoleBinding must bind shared, and only it")
 	}
 	for _, verb := range []string{"create", "update", "patch", "delete", "deletecollection"} {
 		if can(on, verb, disc, "endpointslices", on) {

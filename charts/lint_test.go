@@ -19,6 +19,7 @@ func TestHelmLint(t *testing.T) {
 	for name, values := range map[string]map[string]any{
 		"default": nil,
 		"enabled": vals("router.epp.peerDiscovery.enabled", true),
+		"sidecar": vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			lint := action.NewLint()

@@ -53,6 +53,15 @@ func count[T client.Object](r rendered) int {
 	return n
 }
 
+func appVersion(t *testing.T) string {
+	t.Helper()
+	v, err := render.ChartAppVersion()
+	if err != nil || v == "" {
+		t.Fatalf("the chart's appVersion: %q, %v", v, err)
+	}
+	return v
+}
+
 func renderChart(t *testing.T, values map[string]any) rendered {
 	t.Helper()
 	objs, err := render.HelmObjects("epp", "team-a", values)
@@ -195,7 +204,7 @@ func TestRender(t *testing.T) {
 			if diff := cmp.Diff(tc.wantArgs, c.Args); diff != "" {
 				t.Fatalf("args (-want +got):\n%s", diff)
 			}
-			if c.Image != "epp-peer-discovery/epp:0.1.0" || c.ImagePullPolicy != corev1.PullIfNotPresent {
+			if c.Image != "epp-peer-discovery/epp:"+appVersion(t) || c.ImagePullPolicy != corev1.PullIfNotPresent {
 				t.Fatalf("image %s %s", c.Image, c.ImagePullPolicy)
 			}
 
@@ -304,6 +313,12 @@ func TestSchemaRejects(t *testing.T) {
 		{"port name too long", vals("router.epp.peerDiscovery.portName", "a-very-long-port-name"), []string{"portName"}},
 		{"unknown key under router.epp", vals("router.epp.replica", 3), []string{"replica"}},
 		{"membership not ready or alive", vals("router.epp.peerDiscovery.membership", "leader"), []string{"membership"}},
+		{"unknown mode", vals("router.epp.peerDiscovery.mode", "side"), []string{"mode"}},
+		{"unknown key under the sidecar", vals("router.epp.peerDiscovery.sidecar.port", 9091), []string{"sidecar", "port"}},
+		{"serviceAccount.create as a string", vals("router.epp.serviceAccount.create", "yes"), []string{"create", "boolean"}},
+		{"nameOverride with capitals", vals("router.epp.nameOverride", "EPP"), []string{"nameOverride"}},
+		{"serviceMonitor interval without a unit", vals("router.epp.serviceMonitor.interval", "30"), []string{"interval"}},
+		{"extra volume without a name", vals("router.epp.extraVolumes", []any{map[string]any{"emptyDir": map[string]any{}}}), []string{"extraVolumes", "name"}},
 		{"env without name", vals("router.epp.env", []any{map[string]any{"value": "x"}}), []string{"env", "name"}},
 		{"pull policy typo", vals("router.epp.image.pullPolicy", "IfNotPresnt"), []string{"pullPolicy"}},
 	}
@@ -351,9 +366,15 @@ func TestNotes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, sidecar, err := render.Helm("epp", "team-a", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct{ notes, want string }{
 		{off, "Peer discovery is OFF"}, {off, "router.epp.peerDiscovery.enabled=true"},
 		{on, "Peer discovery is ON"}, {on, "EndpointSlices of Service\nepp "}, {on, "kubectl port-forward -n team-a"}, {on, "curl -s localhost:9090/debug/peers"},
+		{on, "helm test epp -n team-a"},
+		{sidecar, "in a sidecar"}, {sidecar, "/var/run/epp-peers/peers.json"}, {sidecar, "curl -s localhost:9091/debug/peers"},
 	} {
 		if !strings.Contains(c.notes, c.want) {
 			t.Errorf("NOTES.txt lacks %q:\n%s", c.want, c.notes)

@@ -15,7 +15,8 @@ func TestOverlaysAcceptedUnderRestrictedPodSecurity(t *testing.T) {
 		enabled    bool
 		components []string
 	}{{"default", false, nil}, {"peer-discovery", true, []string{"peer-discovery"}},
-		{"alive", true, []string{"peer-discovery", "peer-membership-alive"}}} {
+		{"alive", true, []string{"peer-discovery", "peer-membership-alive"}},
+		{"sidecar", true, []string{"peer-discovery-sidecar"}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := accept.RestrictedNamespace(t, env, "kust-"+tc.name)
 			objs := userOverlay(t, ns, "", tc.components...)

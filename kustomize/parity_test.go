@@ -1,6 +1,7 @@
 package kustomize_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -24,19 +25,44 @@ type view struct {
 	ServiceAccountName string
 	AutomountToken     *bool
 	PodSecurity        *corev1.PodSecurityContext
-	Image              string
-	PullPolicy         corev1.PullPolicy
-	Flags              []string // args with "--flag value" normalized to "--flag=value"
-	Env                []corev1.EnvVar
-	ContainerPorts     []corev1.ContainerPort
-	Probes             []*corev1.Probe
-	Resources          *corev1.ResourceRequirements
-	Security           *corev1.SecurityContext
+	Containers         []containerView
+	InitContainers     []containerView
+	Volumes            []corev1.Volume
 
 	ServicePorts []corev1.ServicePort
 	ServiceType  corev1.ServiceType
 
 	MaxUnavailable string
+}
+
+// containerView is what must be equal for one container.
+type containerView struct {
+	Name          string
+	Image         string
+	PullPolicy    corev1.PullPolicy
+	RestartPolicy *corev1.ContainerRestartPolicy
+	Flags         []string // args with "--flag value" normalized to "--flag=value"
+	Env           []corev1.EnvVar
+	Ports         []corev1.ContainerPort
+	Probes        []*corev1.Probe
+	Resources     *corev1.ResourceRequirements
+	Security      *corev1.SecurityContext
+	VolumeMounts  []corev1.VolumeMount
+}
+
+// containerViews compares ports as a set (kustomize's strategic merge puts added
+// ports first).
+func containerViews(cs []corev1.Container) []containerView {
+	var out []containerView
+	for _, c := range cs {
+		c.Ports = slices.SortedFunc(slices.Values(c.Ports), func(a, b corev1.ContainerPort) int { return strings.Compare(a.Name, b.Name) })
+		out = append(out, containerView{
+			Name: c.Name, Image: c.Image, PullPolicy: c.ImagePullPolicy, RestartPolicy: c.RestartPolicy, Flags: flags(c.Args),
+			Env: c.Env, Ports: c.Ports, Probes: []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe},
+			Resources: &c.Resources, Security: c.SecurityContext, VolumeMounts: c.VolumeMounts,
+		})
+	}
+	return out
 }
 
 // flags normalizes "--name value" pairs to "--name=value": the binary parses both the
@@ -65,10 +91,8 @@ func views(objs []client.Object) map[string]view {
 			v.RoleRef, v.Subjects = &o.RoleRef, o.Subjects
 		case *appsv1.Deployment:
 			p := o.Spec.Template.Spec
-			c := p.Containers[0]
 			v.Replicas, v.ServiceAccountName, v.AutomountToken, v.PodSecurity = o.Spec.Replicas, p.ServiceAccountName, p.AutomountServiceAccountToken, p.SecurityContext
-			v.Image, v.PullPolicy, v.Flags, v.Env, v.ContainerPorts = c.Image, c.ImagePullPolicy, flags(c.Args), c.Env, c.Ports
-			v.Probes, v.Resources, v.Security = []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe}, &c.Resources, c.SecurityContext
+			v.Containers, v.InitContainers, v.Volumes = containerViews(p.Containers), containerViews(p.InitContainers), p.Volumes
 		case *corev1.Service:
 			v.ServicePorts, v.ServiceType = o.Spec.Ports, o.Spec.Type
 		case *policyv1.PodDisruptionBudget:
@@ -93,11 +117,19 @@ func TestParityWithHelm(t *testing.T) {
 		{"on, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true}, []string{"peer-discovery"}},
 		{"off, release router = namePrefix router-", "router", "router-", nil, nil},
 		{"on, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive"}, []string{"peer-discovery", "peer-membership-alive"}},
+		{"sidecar", "epp", "", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}},
+		{"sidecar, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var values map[string]any
 			if tc.peerDiscovery != nil {
-				values = map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": tc.peerDiscovery}}}
+				epp := map[string]any{"peerDiscovery": tc.peerDiscovery}
+				if tc.peerDiscovery["mode"] == "sidecar" {
+					// The EPP container's args are the user's in sidecar mode; the
+					// kustomize base keeps its own, so give the chart the same.
+					epp["args"] = []any{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081"}
+				}
+				values = map[string]any{"router": map[string]any{"epp": epp}}
 			}
 			helm, err := render.HelmObjects(tc.release, "team-a", values)
 			if err != nil {

@@ -18,12 +18,24 @@ import (
 )
 
 // TestApplyAndDestroy applies examples/basic against the real API server with peer
-// discovery off and on: the release installs, the Role exists iff on with exactly the
-// endpointslices rule, the Deployment's args and env are the Helm rendering's, and
-// destroy leaves nothing in the namespace.
+// discovery off, on, and on but turned off again by var.values: the release installs,
+// the Role exists iff peer discovery is on with exactly the endpointslices rule, the
+// outputs (read from the release) say so, the Deployment's args and env are the Helm
+// rendering's, and destroy leaves nothing in the namespace.
 func TestApplyAndDestroy(t *testing.T) {
-	for _, enabled := range []bool{false, true} {
-		t.Run(map[bool]string{false: "off", true: "on"}[enabled], func(t *testing.T) {
+	for _, tc := range []struct {
+		name            string
+		variable        bool           // peer_discovery_enabled
+		values          map[string]any // var.values
+		enabled         bool           // what the release ends up with
+		wantServiceName string
+	}{
+		{"off", false, nil, false, "epp"},
+		{"on", true, nil, true, "epp"},
+		{"on, overridden by values", true, map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": false}}}}, false, "epp"},
+	} {
+		enabled := tc.enabled
+		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(tfenv.CopyModule(t), "terraform", "examples", "basic")
 			ctx := context.Background()
 			ns, err := env.CreateNamespace(ctx, "tf", nil)
@@ -34,9 +46,12 @@ func TestApplyAndDestroy(t *testing.T) {
 				"kubeconfig":             env.Kubeconfig,
 				"namespace":              ns,
 				"create_namespace":       false, // envtest runs no namespace controller to finish a namespace deletion
-				"peer_discovery_enabled": enabled,
+				"peer_discovery_enabled": tc.variable,
 				"wait":                   false, // envtest runs no controllers: no pods become ready
 			})
+			if tc.values != nil {
+				opts.Vars["values"] = tc.values
+			}
 			terraform.InitContext(t, context.Background(), opts)
 			destroyed := false
 			t.Cleanup(func() {
@@ -47,7 +62,7 @@ func TestApplyAndDestroy(t *testing.T) {
 			terraform.ApplyAndIdempotentContext(t, context.Background(), opts)
 
 			out := terraform.OutputAllContext(t, context.Background(), opts)
-			if out["service_name"] != "epp" || out["namespace"] != ns || out["release_name"] != "epp" {
+			if out["service_name"] != tc.wantServiceName || out["namespace"] != ns || out["release_name"] != "epp" {
 				t.Fatalf("outputs %v", out)
 			}
 			roleOut, hasRole := out["role_name"]

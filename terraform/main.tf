@@ -1,9 +1,6 @@
 locals {
   chart_path = coalesce(var.chart_path, "${path.module}/../charts/epp")
 
-  # The chart's naming rule (templates/_helpers.tpl, "epp.fullname").
-  fullname = strcontains(var.release_name, "epp") ? var.release_name : "${var.release_name}-epp"
-
   # The values this module hands to the chart; null leaves the chart's default.
   chart_values = {
     router = {
@@ -13,6 +10,8 @@ locals {
           repository = var.image_repository
           tag        = var.image_tag
         }
+        command = var.epp_command
+        args    = var.epp_args
         # EnvVar objects without the null attributes of the variable's type.
         env = [for e in var.extra_env : merge(
           { name = e.name },
@@ -27,6 +26,7 @@ locals {
           portName    = var.peer_port_name
           port        = var.peer_port
           membership  = var.peer_membership
+          mode        = var.peer_discovery_mode
         }
       }
     }

@@ -109,6 +109,29 @@ variable "peer_port" {
   }
 }
 
+variable "peer_discovery_mode" {
+  description = "\"epp\": the EPP container runs epp with the peer-discovery flags. \"sidecar\": the EPP container runs your image, command and args (image_repository, image_tag, epp_command, epp_args) unchanged, and epp runs beside it as a native sidecar that writes the peers to the file named by the env EPP_PEERS_FILE."
+  type        = string
+  default     = "epp"
+
+  validation {
+    condition     = contains(["epp", "sidecar"], var.peer_discovery_mode)
+    error_message = "peer_discovery_mode must be \"epp\" or \"sidecar\"."
+  }
+}
+
+variable "epp_command" {
+  description = "Command of the EPP container; empty keeps the image's entrypoint."
+  type        = list(string)
+  default     = []
+}
+
+variable "epp_args" {
+  description = "Args of the EPP container with peer_discovery_mode = \"sidecar\" (your EPP's own); empty keeps the image's."
+  type        = list(string)
+  default     = []
+}
+
 variable "peer_membership" {
   description = "Which endpoints are peers: \"ready\" (ready and not terminating) or \"alive\" (also not-ready ones, e.g. the standbys of an EPP run with leader election)."
   type        = string

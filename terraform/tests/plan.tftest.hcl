@@ -15,12 +15,8 @@ run "peer_discovery_is_off_by_default" {
     error_message = "peerDiscovery.enabled must be false by default"
   }
   assert {
-    condition     = output.role_name == null
-    error_message = "role_name must be null with peer discovery off"
-  }
-  assert {
-    condition     = output.service_name == "epp" && helm_release.this.name == "epp" && helm_release.this.namespace == "team-a"
-    error_message = "release epp in team-a must give Service epp"
+    condition     = helm_release.this.name == "epp" && helm_release.this.namespace == "team-a"
+    error_message = "release epp must go to team-a"
   }
   assert {
     condition     = yamldecode(helm_release.this.values[0]).router.epp.replicas == 3
@@ -46,12 +42,9 @@ run "peer_discovery_on" {
       portName    = "peer-sync"
       port        = 9005
       membership  = "ready"
+      mode        = "epp"
     }
     error_message = "peer discovery on must hand enabled=true with the default port to the chart"
-  }
-  assert {
-    condition     = output.role_name == "epp-peer-discovery"
-    error_message = "role_name must be epp-peer-discovery"
   }
 }
 
@@ -74,12 +67,9 @@ run "custom_service_and_port" {
       portName    = "state-sync"
       port        = 7000
       membership  = "alive"
+      mode        = "epp"
     }
     error_message = "custom service, port name and port must reach the chart"
-  }
-  assert {
-    condition     = output.service_name == "router-epp" && output.role_name == "router-epp-peer-discovery"
-    error_message = "release router must give Service router-epp and Role router-epp-peer-discovery"
   }
 }
 
@@ -183,4 +173,90 @@ run "rejects_env_with_two_sources" {
     extra_env = [{ name = "X", valueFrom = { fieldRef = { fieldPath = "metadata.name" }, secretKeyRef = { name = "s", key = "k" } } }]
   }
   expect_failures = [var.extra_env]
+}
+
+run "sidecar_mode" {
+  command = plan
+
+  variables {
+    peer_discovery_enabled = true
+    peer_discovery_mode    = "sidecar"
+    image_repository       = "example.com/my-epp"
+    image_tag              = "1.0"
+    epp_args               = ["--config=/etc/epp.yaml"]
+  }
+
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.peerDiscovery.mode == "sidecar"
+    error_message = "peer_discovery_mode must reach the chart"
+  }
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.args == ["--config=/etc/epp.yaml"] && yamldecode(helm_release.this.values[0]).router.epp.image.repository == "example.com/my-epp"
+    error_message = "the EPP's image and args must reach the chart"
+  }
+}
+
+run "rejects_an_unknown_mode" {
+  command = plan
+  variables {
+    peer_discovery_mode = "daemon"
+  }
+  expect_failures = [var.peer_discovery_mode]
+}
+
+# The outputs come from the release (its metadata: name, namespace and the values it
+# got), so they are checked after an apply; the mocked provider returns the metadata
+# Helm would, here written out.
+run "outputs_follow_the_release" {
+  command = apply
+
+  variables {
+    peer_discovery_enabled = true
+    release_name           = "router"
+  }
+  override_resource {
+    target = helm_release.this
+    values = {
+      metadata = {
+        name        = "router"
+        namespace   = "team-a"
+        app_version = "0.1.0"
+        values      = "{\"router\":{\"epp\":{\"peerDiscovery\":{\"enabled\":true}}}}"
+      }
+    }
+  }
+
+  assert {
+    condition     = output.service_name == "router-epp" && output.role_name == "router-epp-peer-discovery" && output.release_name == "router" && output.namespace == "team-a"
+    error_message = "release router must give Service router-epp and Role router-epp-peer-discovery"
+  }
+}
+
+run "outputs_follow_values_that_override_the_variables" {
+  command = apply
+  # A new release, not an update of the one above (a mock keeps computed values on update).
+  plan_options {
+    replace = [helm_release.this]
+  }
+
+  variables {
+    peer_discovery_enabled = true
+    values                 = { router = { epp = { peerDiscovery = { enabled = false }, fullnameOverride = "gateway" } } }
+  }
+  override_resource {
+    target = helm_release.this
+    values = {
+      metadata = {
+        name        = "epp"
+        namespace   = "team-a"
+        app_version = "0.1.0"
+        values      = "{\"router\":{\"epp\":{\"fullnameOverride\":\"gateway\",\"peerDiscovery\":{\"enabled\":false}}}}"
+      }
+    }
+  }
+
+  assert {
+    condition     = output.role_name == null && output.service_name == "gateway"
+    error_message = "values that turn peer discovery off and rename the objects must show in the outputs"
+  }
 }

@@ -1,29 +1,57 @@
-{{/* Name of the chart. */}}
+{{/* Name of the chart: router.epp.nameOverride, else the chart's name. */}}
 {{- define "epp.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- .Values.router.epp.nameOverride | default .Chart.Name | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* Fully qualified name: the release name when it contains the chart name, else release-chart. */}}
+{{/* Fully qualified name: router.epp.fullnameOverride; else the release name when it contains the name, else release-name. */}}
 {{- define "epp.fullname" -}}
-{{- if contains .Chart.Name .Release.Name }}
+{{- if .Values.router.epp.fullnameOverride }}
+{{- .Values.router.epp.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := include "epp.name" . }}
+{{- if contains $name .Release.Name }}
 {{- .Release.Name | trunc 63 | trimSuffix "-" }}
 {{- else }}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
 {{- end }}
 {{- end }}
 
-{{/* Labels that select the pods. */}}
+{{/* Labels that select the pods (never change them: selectors are immutable). */}}
 {{- define "epp.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "epp.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
-{{/* Labels of every object. */}}
+{{/* The app.kubernetes.io labels of everything the chart renders, and commonLabels. */}}
 {{- define "epp.labels" -}}
 {{ include "epp.selectorLabels" . }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: epp
+app.kubernetes.io/part-of: {{ include "epp.name" . }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- with .Values.router.epp.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of the pods: the chart's labels and podLabels. */}}
+{{- define "epp.podLabels" -}}
+{{ include "epp.labels" . }}
+{{- with .Values.router.epp.podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The ServiceAccount the pods run as. */}}
+{{- define "epp.serviceAccountName" -}}
+{{- $sa := .Values.router.epp.serviceAccount -}}
+{{- if $sa.create }}
+{{- $sa.name | default (include "epp.fullname" .) }}
+{{- else }}
+{{- $sa.name | default "default" }}
+{{- end }}
 {{- end }}
 
 {{/* The Service whose EndpointSlices are the peer source. */}}
@@ -36,13 +64,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s-peer-discovery" (include "epp.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
-{{/* The container args: managed flags first, then the user's flags sorted by name. */}}
-{{- define "epp.args" -}}
-{{- $epp := .Values.router.epp -}}
-- --metrics-bind-address=:{{ $epp.ports.metrics }}
-- --health-probe-bind-address=:{{ $epp.ports.probes }}
-{{- with $epp.peerDiscovery }}
-{{- if .enabled }}
+{{/* Peer discovery in the sidecar? */}}
+{{- define "epp.sidecar" -}}
+{{- $pd := .Values.router.epp.peerDiscovery -}}
+{{- if and $pd.enabled (eq ($pd.mode | default "epp") "sidecar") }}true{{ end }}
+{{- end }}
+
+{{/* Where the sidecar writes the peers, and the EPP container reads them. */}}
+{{- define "epp.peersDir" -}}/var/run/epp-peers{{- end }}
+
+{{/* image: an image reference from {repository, tag}; the tag defaults to appVersion. Call with (list $ .image). */}}
+{{- define "epp.image" -}}
+{{- $root := index . 0 -}}{{- $img := index . 1 -}}
+{{- printf "%s:%s" $img.repository ($img.tag | default $root.Chart.AppVersion) }}
+{{- end }}
+
+{{/* The peer discovery flags of epp (both modes). */}}
+{{- define "epp.peerFlags" -}}
+{{- with .Values.router.epp.peerDiscovery }}
 - --enable-peer-discovery
 - --epp-peer-service={{ include "epp.peerService" $ }}
 {{- if ne .portName "peer-sync" }}
@@ -56,12 +95,16 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 {{- end }}
-{{- $managed := list "enable-peer-discovery" "epp-peer-service" "epp-peer-file" "epp-peer-port-name" "epp-peer-port" "epp-peer-membership" "metrics-bind-address" "health-probe-bind-address" "pool-namespace" }}
-{{- range $name := keys ($epp.flags | default dict) | sortAlpha }}
+
+{{/* A flags map rendered as args, sorted by name; managed flags are refused. Call with (dict "flags" <map> "path" <value path>). */}}
+{{- define "epp.userFlags" -}}
+{{- $managed := list "enable-peer-discovery" "epp-peer-service" "epp-peer-file" "epp-peer-port-name" "epp-peer-port" "epp-peer-membership" "epp-peer-snapshot-file" "metrics-bind-address" "health-probe-bind-address" "pool-namespace" }}
+{{- $flags := .flags | default dict }}
+{{- range $name := keys $flags | sortAlpha }}
 {{- if has $name $managed }}
-{{- fail (printf "router.epp.flags.%s is set by the chart: use router.epp.peerDiscovery or router.epp.ports instead" $name) }}
+{{- fail (printf "%s.%s is set by the chart: use router.epp.peerDiscovery or the ports values instead" $.path $name) }}
 {{- end }}
-{{- $value := get $epp.flags $name }}
+{{- $value := get $flags $name }}
 {{- if kindIs "bool" $value }}
 - --{{ $name }}={{ $value }}
 {{- else if kindIs "invalid" $value }}
@@ -70,4 +113,45 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - {{ printf "--%s=%v" $name $value | quote }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/* The args of epp as the EPP container (mode epp): managed flags first, then the user's flags sorted by name. */}}
+{{- define "epp.args" -}}
+{{- $epp := .Values.router.epp -}}
+- --metrics-bind-address=:{{ $epp.ports.metrics }}
+- --health-probe-bind-address=:{{ $epp.ports.probes }}
+{{- if $epp.peerDiscovery.enabled }}
+{{- include "epp.peerFlags" . }}
+{{- end }}
+{{- include "epp.userFlags" (dict "flags" $epp.flags "path" "router.epp.flags") }}
+{{- end }}
+
+{{/* The args of the peer-discovery sidecar. */}}
+{{- define "epp.sidecarArgs" -}}
+{{- $sc := .Values.router.epp.peerDiscovery.sidecar -}}
+- --metrics-bind-address=:{{ $sc.ports.metrics }}
+- --health-probe-bind-address=:{{ $sc.ports.probes }}
+{{- include "epp.peerFlags" . }}
+- --epp-peer-snapshot-file={{ include "epp.peersDir" . }}/peers.json
+{{- include "epp.userFlags" (dict "flags" $sc.flags "path" "router.epp.peerDiscovery.sidecar.flags") }}
+{{- end }}
+
+{{/* The downward-API identity env of epp. */}}
+{{- define "epp.identityEnv" -}}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: POD_IPS
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIPs
+- name: POD_NAME
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+- name: NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
 {{- end }}

@@ -3,18 +3,25 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peercheck"
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "check-peers" {
+		os.Exit(checkPeers(os.Args[2:]))
+	}
 	opts, err := app.Parse(os.Args[1:], getenv, os.Stderr)
 	switch {
 	case errors.Is(err, app.ErrHelp):
@@ -47,4 +54,29 @@ func getenv(key string) string {
 		v, _ = os.Hostname()
 	}
 	return v
+}
+
+// checkPeers runs `epp check-peers` (the chart's helm test): in the cluster, every
+// replica of the Service must list exactly the other replicas.
+func checkPeers(args []string) int {
+	o, err := peercheck.Flags(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "epp: %v\n", err)
+		return 2
+	}
+	cfg, err := app.LoadRESTConfig("")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "epp: check-peers: %v\n", err)
+		return 1
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "epp: check-peers: %v\n", err)
+		return 1
+	}
+	if err := peercheck.Run(context.Background(), cs, &http.Client{}, o, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "epp: check-peers: %v\n", err)
+		return 1
+	}
+	return 0
 }

@@ -11,14 +11,18 @@ import (
 	"io"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
@@ -32,17 +36,49 @@ func ChartDir() (string, error) {
 	return filepath.Join(root, "charts", "epp"), nil
 }
 
+// ChartAppVersion is charts/epp's appVersion: the version of every channel's image.
+func ChartAppVersion() (string, error) {
+	dir, err := ChartDir()
+	if err != nil {
+		return "", err
+	}
+	chrt, err := loader.Load(dir)
+	if err != nil {
+		return "", err
+	}
+	return chrt.Metadata.AppVersion, nil
+}
+
+// Rendering is one rendering of the chart.
+type Rendering struct {
+	// Manifest is what `helm install` applies; Hooks are the hook manifests (the
+	// `helm test` pod), not applied at install.
+	Manifest, Hooks, Notes string
+}
+
 // Helm renders charts/epp as `helm install <release> charts/epp -n <namespace>
 // --dry-run=client` would, values included and validated against the chart's
 // schema, and returns the manifest and NOTES.txt.
 func Helm(release, namespace string, values map[string]any) (manifest, notes string, err error) {
+	r, err := HelmWith(release, namespace, values)
+	return r.Manifest, r.Notes, err
+}
+
+// HelmWith is Helm against a cluster that also serves apiVersions (as
+// "group/version/Kind", e.g. "monitoring.coreos.com/v1/ServiceMonitor"), returning
+// the hooks too. The Kubernetes version is the one the tests run (hack/k8s/go.mod).
+func HelmWith(release, namespace string, values map[string]any, apiVersions ...string) (Rendering, error) {
 	dir, err := ChartDir()
 	if err != nil {
-		return "", "", err
+		return Rendering{}, err
 	}
 	chrt, err := loader.Load(dir)
 	if err != nil {
-		return "", "", fmt.Errorf("loading %s: %w", dir, err)
+		return Rendering{}, fmt.Errorf("loading %s: %w", dir, err)
+	}
+	kube, err := testenv.KubernetesVersion()
+	if err != nil {
+		return Rendering{}, err
 	}
 	install := action.NewInstall(&action.Configuration{})
 	install.ReleaseName = release
@@ -50,13 +86,18 @@ func Helm(release, namespace string, values map[string]any) (manifest, notes str
 	install.DryRun = true
 	install.DryRunOption = "client"
 	install.ClientOnly = true
-	install.KubeVersion = &chartutil.KubeVersion{Version: "v1.37.2", Major: "1", Minor: "37"}
+	install.KubeVersion = &chartutil.KubeVersion{Version: kube.String(), Major: strconv.Itoa(kube.Major), Minor: strconv.Itoa(kube.Minor)}
+	install.APIVersions = apiVersions
 	install.Replace = true
 	rel, err := install.Run(chrt, values)
 	if err != nil {
-		return "", "", err
+		return Rendering{}, err
 	}
-	return rel.Manifest, rel.Info.Notes, nil
+	var hooks []string
+	for _, h := range rel.Hooks {
+		hooks = append(hooks, h.Manifest)
+	}
+	return Rendering{Manifest: rel.Manifest, Hooks: strings.Join(hooks, "\n---\n"), Notes: rel.Info.Notes}, nil
 }
 
 // HelmObjects is Helm followed by Decode.
@@ -69,7 +110,8 @@ func HelmObjects(release, namespace string, values map[string]any) ([]client.Obj
 }
 
 // Decode turns a multi-document YAML manifest into typed objects of client-go's
-// scheme, ordered by kind and name. An unknown kind is an error.
+// scheme, ordered by kind and name; kinds the scheme does not know (a
+// ServiceMonitor) become *unstructured.Unstructured.
 func Decode(manifest []byte) ([]client.Object, error) {
 	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
 	var out []client.Object
@@ -85,6 +127,13 @@ func Decode(manifest []byte) ([]client.Object, error) {
 			continue
 		}
 		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(doc, nil, nil)
+		if runtime.IsNotRegisteredError(err) {
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal(doc, &u.Object); err != nil {
+				return nil, fmt.Errorf("decoding %q: %w", firstLine(doc), err)
+			}
+			obj, err = u, nil
+		}
 		if err != nil {
 			return nil, fmt.Errorf("decoding %q: %w", firstLine(doc), err)
 		}

@@ -59,6 +59,35 @@ func RepoRoot() (string, error) {
 	}
 }
 
+// KubeVersion is a Kubernetes release version.
+type KubeVersion struct{ Major, Minor, Patch int }
+
+func (v KubeVersion) String() string { return fmt.Sprintf("v%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// KubernetesVersion is the Kubernetes version of the control plane the tests run:
+// the k8s.io/kubernetes requirement of hack/k8s/go.mod, the one place it is set.
+func KubernetesVersion() (KubeVersion, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return KubeVersion{}, err
+	}
+	b, err := os.ReadFile(filepath.Join(root, "hack", "k8s", "go.mod"))
+	if err != nil {
+		return KubeVersion{}, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[0] == "k8s.io/kubernetes" {
+			var v KubeVersion
+			if _, err := fmt.Sscanf(f[1], "v%d.%d.%d", &v.Major, &v.Minor, &v.Patch); err != nil {
+				return v, fmt.Errorf("hack/k8s/go.mod: k8s.io/kubernetes %s: %w", f[1], err)
+			}
+			return v, nil
+		}
+	}
+	return KubeVersion{}, errors.New("hack/k8s/go.mod has no k8s.io/kubernetes requirement")
+}
+
 // AssetsDir is KUBEBUILDER_ASSETS, else <repo>/bin/k8s, checked to hold etcd and
 // kube-apiserver. The error says how to get them.
 func AssetsDir() (string, error) {

@@ -2,7 +2,7 @@
 # through a kubeconfig:
 #   terraform init && terraform apply -var kubeconfig=~/.kube/config
 terraform {
-  required_version = ">= 1.5.0"
+  required_version = ">= 1.7.0"
 
   required_providers {
     helm = {
@@ -39,5 +39,8 @@ module "epp" {
   image_repository       = var.image_repository
   image_tag              = var.image_tag
   peer_discovery_enabled = var.peer_discovery_enabled
+  peer_discovery_mode    = var.peer_discovery_mode
+  epp_args               = var.epp_args
+  values                 = var.values
   wait                   = var.wait
 }

@@ -52,6 +52,24 @@ variable "peer_discovery_enabled" {
   default     = true
 }
 
+variable "peer_discovery_mode" {
+  description = "\"epp\", or \"sidecar\" for an EPP image of your own (set epp_args, image_repository, image_tag)."
+  type        = string
+  default     = "epp"
+}
+
+variable "epp_args" {
+  description = "Args of the EPP container in sidecar mode."
+  type        = list(string)
+  default     = []
+}
+
+variable "values" {
+  description = "Extra chart values, merged over the module's."
+  type        = any
+  default     = {}
+}
+
 variable "wait" {
   description = "Wait for the Deployment to be ready."
   type        = bool

@@ -1,4 +1,4 @@
-module github.com/epp-peer-discovery/epp-peer-discovery/hack/tools
+module github.com/epp-peer-discovery/epp-peer-discovery/hack/tools/golangci-lint
 
 go 1.26.0
 

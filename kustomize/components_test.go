@@ -1,0 +1,186 @@
+package kustomize_test
+
+import (
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+)
+
+func container(t *testing.T, cs []corev1.Container, name string) corev1.Container {
+	t.Helper()
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	t.Fatalf("no container %q", name)
+	return corev1.Container{}
+}
+
+// TestComponentsFindTheEPPContainerByName: an overlay that puts another container
+// first still gets the peer flags, port and env on the epp container, and the other
+// container is left alone.
+func TestComponentsFindTheEPPContainerByName(t *testing.T) {
+	sidecarFirst := `
+patches:
+  - target: {kind: Deployment, name: epp}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0
+        value: {name: proxy, image: example.com/proxy:1, args: [--listen=:8000]}
+`
+	for _, tc := range []struct {
+		components []string
+		check      func(t *testing.T, epp corev1.Container, pod corev1.PodSpec)
+	}{
+		{[]string{"peer-discovery"}, func(t *testing.T, epp corev1.Container, _ corev1.PodSpec) {
+			if !slices.Contains(epp.Args, "--enable-peer-discovery") || !slices.ContainsFunc(epp.Ports, func(p corev1.ContainerPort) bool { return p.Name == "peer-sync" }) {
+				t.Fatalf("epp container %+v lacks the peer flags or port", epp)
+			}
+		}},
+		{[]string{"peer-discovery", "peer-membership-alive"}, func(t *testing.T, epp corev1.Container, _ corev1.PodSpec) {
+			if !slices.Contains(epp.Args, "--epp-peer-membership=alive") {
+				t.Fatalf("epp container args %v lack the membership", epp.Args)
+			}
+		}},
+		{[]string{"peer-discovery-sidecar"}, func(t *testing.T, epp corev1.Container, pod corev1.PodSpec) {
+			if !slices.ContainsFunc(epp.Env, func(e corev1.EnvVar) bool { return e.Name == "EPP_PEERS_FILE" }) || len(pod.InitContainers) != 1 {
+				t.Fatalf("sidecar mode: epp env %v, init containers %d", epp.Env, len(pod.InitContainers))
+			}
+		}},
+	} {
+		t.Run(tc.components[len(tc.components)-1], func(t *testing.T) {
+			k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\ncomponents:\n"
+			for _, c := range tc.components {
+				k += "  - ../../components/" + c + "\n"
+			}
+			objs, err := render.KustomizeOverlay("proxy-first-"+tc.components[len(tc.components)-1], k+sidecarFirst)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pod := one[*appsv1.Deployment](t, objs).Spec.Template.Spec
+			if pod.Containers[0].Name != "proxy" {
+				t.Fatalf("containers %v: the overlay did not put proxy first", pod.Containers)
+			}
+			proxy := pod.Containers[0]
+			if !slices.Equal(proxy.Args, []string{"--listen=:8000"}) || len(proxy.Env) != 0 || len(proxy.Ports) != 0 || len(proxy.VolumeMounts) != 0 {
+				t.Fatalf("the component changed the other container: %+v", proxy)
+			}
+			tc.check(t, container(t, pod.Containers, "epp"), pod)
+		})
+	}
+}
+
+// TestComponentObjectsCarryTheBaseLabels: the Role and RoleBinding a component adds
+// have exactly the labels of the base's objects.
+func TestComponentObjectsCarryTheBaseLabels(t *testing.T) {
+	for _, c := range []string{"peer-discovery", "peer-discovery-sidecar"} {
+		objs := userOverlay(t, "team-a", "router-", c)
+		want := one[*corev1.ServiceAccount](t, objs).Labels
+		if len(want) < 4 {
+			t.Fatalf("base ServiceAccount labels %v", want)
+		}
+		if diff := cmp.Diff(want, one[*rbacv1.Role](t, objs).Labels); diff != "" {
+			t.Errorf("%s: Role labels (-base +Role):\n%s", c, diff)
+		}
+		if diff := cmp.Diff(want, one[*rbacv1.RoleBinding](t, objs).Labels); diff != "" {
+			t.Errorf("%s: RoleBinding labels (-base +RoleBinding):\n%s", c, diff)
+		}
+	}
+}
+
+// TestMembershipComponentKeepsThePeerFlags: peer-membership-alive sets the args of
+// peer-discovery plus the membership flag (kustomize cannot append by container name,
+// so the two lists must stay in step).
+func TestMembershipComponentKeepsThePeerFlags(t *testing.T) {
+	on := container(t, one[*appsv1.Deployment](t, userOverlay(t, "", "", "peer-discovery")).Spec.Template.Spec.Containers, "epp").Args
+	alive := container(t, one[*appsv1.Deployment](t, userOverlay(t, "", "", "peer-discovery", "peer-membership-alive")).Spec.Template.Spec.Containers, "epp").Args
+	if diff := cmp.Diff(append(slices.Clone(on), "--epp-peer-membership=alive"), alive); diff != "" {
+		t.Fatalf("alive args (-peer-discovery's plus membership +got):\n%s", diff)
+	}
+}
+
+// TestOneVersion: the chart's appVersion is the version of every channel: the
+// kustomize images (base and sidecar component) and the version label.
+func TestOneVersion(t *testing.T) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	chart, err := os.ReadFile(filepath.Join(root, "charts", "epp", "Chart.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^appVersion: "?([^"\s]+)"?`).FindSubmatch(chart)
+	if m == nil {
+		t.Fatal("no appVersion in Chart.yaml")
+	}
+	version := string(m[1])
+	for _, c := range [][]string{nil, {"peer-discovery"}, {"peer-discovery-sidecar"}} {
+		objs := userOverlay(t, "", "", c...)
+		pod := one[*appsv1.Deployment](t, objs).Spec.Template.Spec
+		for _, ct := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+			if ct.Image != "epp-peer-discovery/epp:"+version {
+				t.Errorf("components %v: container %s image %s, want the chart's appVersion %s (run make set-version VERSION=%s)", c, ct.Name, ct.Image, version, version)
+			}
+		}
+		if got := one[*corev1.Service](t, objs).Labels["app.kubernetes.io/version"]; got != version {
+			t.Errorf("version label %q, want %s", got, version)
+		}
+	}
+}
+
+// TestSidecarOverlay: overlays/sidecar runs epp beside the EPP container, which gets
+// the peers file and no API access.
+func TestSidecarOverlay(t *testing.T) {
+	objs := build(t, "/kustomize/overlays/sidecar")
+	pod := one[*appsv1.Deployment](t, objs).Spec.Template.Spec
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Fatal("the pod automounts the ServiceAccount token: only the sidecar may have it")
+	}
+	if len(pod.InitContainers) != 1 {
+		t.Fatalf("init containers %v", pod.InitContainers)
+	}
+	sc := pod.InitContainers[0]
+	if sc.Name != "peer-discovery" || sc.RestartPolicy == nil || *sc.RestartPolicy != corev1.ContainerRestartPolicyAlways || sc.StartupProbe == nil {
+		t.Fatalf("sidecar %+v: want a native sidecar with a startup probe", sc)
+	}
+	wantArgs := []string{"--metrics-bind-address=:9091", "--health-probe-bind-address=:8082", "--enable-peer-discovery", "--epp-peer-service", "epp",
+		"--epp-peer-snapshot-file=/var/run/epp-peers/peers.json"}
+	if diff := cmp.Diff(wantArgs, sc.Args); diff != "" {
+		t.Fatalf("sidecar args (-want +got):\n%s", diff)
+	}
+	epp := container(t, pod.Containers, "epp")
+	if diff := cmp.Diff([]corev1.EnvVar{{Name: "EPP_PEERS_FILE", Value: "/var/run/epp-peers/peers.json"}}, epp.Env); diff != "" {
+		t.Fatalf("EPP container env (-want +got):\n%s", diff)
+	}
+	if !slices.Contains(epp.Args, "--epp-peer-file=$(EPP_PEERS_FILE)") {
+		t.Fatalf("EPP container args %v", epp.Args)
+	}
+	mounts := func(c corev1.Container) map[string]bool {
+		out := map[string]bool{}
+		for _, m := range c.VolumeMounts {
+			out[m.Name] = m.ReadOnly
+		}
+		return out
+	}
+	if got := mounts(epp); len(got) != 1 || !got["peers"] {
+		t.Fatalf("EPP container mounts %v: want only peers, read-only", got)
+	}
+	if got := mounts(sc); len(got) != 2 || got["peers"] || !got["kube-api-access"] {
+		t.Fatalf("sidecar mounts %v: want peers (read-write) and kube-api-access (read-only)", got)
+	}
+	if diff := cmp.Diff(peerRule, one[*rbacv1.Role](t, objs).Rules); diff != "" {
+		t.Fatalf("Role rules (-want +got):\n%s", diff)
+	}
+}
