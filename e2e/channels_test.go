@@ -4,7 +4,9 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
@@ -16,13 +18,27 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/tfenv"
 )
 
+// mode is how a case deploys peer discovery.
+type mode string
+
+const (
+	off     mode = "off"     // peer discovery off
+	on      mode = "on"      // epp is the EPP, with the peer flags
+	sidecar mode = "sidecar" // epp runs as a sidecar; the EPP container is a stand-in consumer
+)
+
+// consumerArgs are the stand-in EPP's in sidecar mode: epp itself, reading the
+// sidecar's peers file, which is what a file-based EPP does.
+var consumerArgs = []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081",
+	"--enable-peer-discovery", "--epp-peer-file=$(EPP_PEERS_FILE)"}
+
 // channel deploys the EPP with one tool. Names follow the defaults: release "epp",
 // Deployment, Service and ServiceAccount "epp".
 type channel interface {
 	name() string
 	// createsNamespace: the channel creates (and deletes) the namespace itself.
 	createsNamespace() bool
-	install(t *testing.T, ns string, enabled bool, replicas int)
+	install(t *testing.T, ns string, m mode, replicas int)
 	scale(t *testing.T, ns string, replicas int)
 	uninstall(t *testing.T, ns string)
 }
@@ -33,17 +49,21 @@ func kubectlOptions(ns string) *k8s.KubectlOptions {
 	return k8s.NewKubectlOptions(kubeContext, kubeconfig, ns)
 }
 
-// helmChannel: `helm install epp charts/epp --set router.epp.peerDiscovery.enabled=...`.
-type helmChannel struct{ enabled bool }
+// helmChannel: `helm install epp charts/epp --set router.epp.peerDiscovery.enabled=...`
+// (sidecar mode: a values file with the mode and the stand-in EPP's args).
+type helmChannel struct {
+	mode   mode
+	values string // values file in sidecar mode
+}
 
 func (*helmChannel) name() string           { return "helm" }
 func (*helmChannel) createsNamespace() bool { return false }
 
 func (h *helmChannel) options(ns string, replicas int) *helm.Options {
-	return &helm.Options{
+	o := &helm.Options{
 		KubectlOptions: kubectlOptions(ns),
 		SetValues: map[string]string{
-			"router.epp.peerDiscovery.enabled": strconv.FormatBool(h.enabled),
+			"router.epp.peerDiscovery.enabled": strconv.FormatBool(h.mode != off),
 			"router.epp.replicas":              strconv.Itoa(replicas),
 		},
 		ExtraArgs: map[string][]string{
@@ -51,11 +71,28 @@ func (h *helmChannel) options(ns string, replicas int) *helm.Options {
 			"upgrade": {"--wait", "--timeout", "3m"},
 		},
 	}
+	if h.values != "" {
+		o.ValuesFiles = []string{h.values}
+	}
+	return o
 }
 
-func (h *helmChannel) install(t *testing.T, ns string, enabled bool, replicas int) {
-	h.enabled = enabled
+func (h *helmChannel) install(t *testing.T, ns string, m mode, replicas int) {
+	h.mode = m
+	if m == sidecar {
+		h.values = filepath.Join(t.TempDir(), "sidecar-values.yaml")
+		args, _ := json.Marshal(consumerArgs)
+		if err := os.WriteFile(h.values, []byte("router:\n  epp:\n    peerDiscovery: {mode: sidecar}\n    args: "+string(args)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	helm.InstallContext(t, context.Background(), h.options(ns, replicas), filepath.Join(repoRoot, "charts", "epp"), "epp")
+}
+
+// test runs `helm test epp`: the chart's hook checks every replica from inside the
+// cluster.
+func (h *helmChannel) test(t *testing.T, ns string) (string, error) {
+	return helm.RunHelmCommandAndGetOutputContextE(t, context.Background(), h.options(ns, 0), "test", "epp", "--timeout", "2m", "--logs")
 }
 
 func (h *helmChannel) scale(t *testing.T, ns string, replicas int) {
@@ -73,11 +110,8 @@ type kustomizeChannel struct{ dir string }
 func (*kustomizeChannel) name() string           { return "kustomize" }
 func (*kustomizeChannel) createsNamespace() bool { return false }
 
-func (k *kustomizeChannel) install(t *testing.T, ns string, enabled bool, replicas int) {
-	overlay := "default"
-	if enabled {
-		overlay = "peer-discovery"
-	}
+func (k *kustomizeChannel) install(t *testing.T, ns string, m mode, replicas int) {
+	overlay := map[mode]string{off: "default", on: "peer-discovery", sidecar: "sidecar"}[m]
 	k.dir = filepath.Join(repoRoot, "kustomize", "overlays", overlay)
 	k8s.KubectlApplyFromKustomizeContext(t, context.Background(), kubectlOptions(ns), k.dir)
 	if replicas != 3 {
@@ -93,21 +127,26 @@ func (k *kustomizeChannel) uninstall(t *testing.T, ns string) {
 	k8s.KubectlDeleteFromKustomizeContext(t, context.Background(), kubectlOptions(ns), k.dir)
 }
 
-// terraformChannel: terraform/examples/basic with peer_discovery_enabled.
+// terraformChannel: terraform/examples/basic with peer_discovery_enabled (and, in
+// sidecar mode, peer_discovery_mode and the stand-in EPP's epp_args).
 type terraformChannel struct{ opts *terraform.Options }
 
 func (*terraformChannel) name() string           { return "terraform" }
 func (*terraformChannel) createsNamespace() bool { return true }
 
-func (tc *terraformChannel) install(t *testing.T, ns string, enabled bool, replicas int) {
+func (tc *terraformChannel) install(t *testing.T, ns string, m mode, replicas int) {
 	dir := filepath.Join(tfenv.CopyModule(t), "terraform", "examples", "basic")
 	vars := map[string]any{
 		"kubeconfig":             kubeconfig,
 		"namespace":              ns,
 		"create_namespace":       true,
-		"peer_discovery_enabled": enabled,
+		"peer_discovery_enabled": m != off,
 		"replicas":               replicas,
 		"wait":                   true,
+	}
+	if m == sidecar {
+		vars["peer_discovery_mode"] = "sidecar"
+		vars["epp_args"] = consumerArgs
 	}
 	if kubeContext != "" {
 		vars["kube_context"] = kubeContext

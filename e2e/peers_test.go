@@ -25,17 +25,16 @@ const selector = "app.kubernetes.io/name=epp"
 
 func TestPeerDiscovery(t *testing.T) {
 	for _, ch := range channels() {
-		for _, enabled := range []bool{true, false} {
-			state := map[bool]string{true: "on", false: "off"}[enabled]
-			t.Run(ch.name()+"/"+state, func(t *testing.T) {
-				ns := fmt.Sprintf("e2e-%s-%s-%s", ch.name(), state, rand.String(5))
-				runCase(t, ch, ns, enabled)
+		for _, m := range []mode{on, off, sidecar} {
+			t.Run(ch.name()+"/"+string(m), func(t *testing.T) {
+				ns := fmt.Sprintf("e2e-%s-%s-%s", ch.name(), m, rand.String(5))
+				runCase(t, ch, ns, m)
 			})
 		}
 	}
 }
 
-func runCase(t *testing.T, ch channel, ns string, enabled bool) {
+func runCase(t *testing.T, ch channel, ns string, m mode) {
 	ctx := context.Background()
 	if !ch.createsNamespace() {
 		if _, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
@@ -63,18 +62,33 @@ func runCase(t *testing.T, ch channel, ns string, enabled bool) {
 		}
 	})
 
+	label := ch.name()
+	if m == sidecar {
+		label += "/sidecar"
+	}
 	step := func(name string, change func()) {
 		t.Helper()
 		start := time.Now()
 		change()
-		waitConverged(t, ctx, ns, v, name)
+		waitConverged(t, ctx, ns, v, m, name)
 		took := time.Since(start)
-		record("%-9s %-20s %6.2fs", ch.name(), name, took.Seconds())
+		record("%-17s %-20s %6.2fs", label, name, took.Seconds())
 		t.Logf("%s: converged in %s", name, took.Round(time.Millisecond))
 	}
 
-	if enabled {
-		step("install (3)", func() { ch.install(t, ns, true, 3) })
+	if m != off {
+		step("install (3)", func() { ch.install(t, ns, m, 3) })
+		if h, ok := ch.(*helmChannel); ok {
+			if backend == "kind" {
+				out, err := h.test(t, ns)
+				if err != nil {
+					t.Fatalf("helm test: %v\n%s", err, out)
+				}
+				t.Logf("helm test passed:\n%s", out)
+			} else {
+				t.Log("helm test runs on kind only: the local backend's pods are processes on 127.0.0.1 behind fake pod IPs")
+			}
+		}
 		step("scale 3 -> 5", func() { ch.scale(t, ns, 5) })
 		step("scale 5 -> 2", func() { ch.scale(t, ns, 2) })
 		step("delete a pod", func() {
@@ -87,7 +101,7 @@ func runCase(t *testing.T, ch channel, ns string, enabled bool) {
 			waitGone(t, ctx, ns, victim)
 		})
 	} else {
-		ch.install(t, ns, false, 3)
+		ch.install(t, ns, off, 3)
 		checkOff(t, ctx, ns, v)
 	}
 
@@ -106,8 +120,9 @@ func read(t *testing.T, ctx context.Context, ns string) peerview.State {
 }
 
 // waitConverged polls (every 250 ms, at most 90 s) until the Deployment has settled
-// and every live replica lists exactly the other live replicas.
-func waitConverged(t *testing.T, ctx context.Context, ns string, v viewer, step string) {
+// and every live replica lists exactly the other live replicas: its epp, or in
+// sidecar mode both its sidecar and the EPP container that reads the sidecar's file.
+func waitConverged(t *testing.T, ctx context.Context, ns string, v viewer, m mode, step string) {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	last := ""
@@ -119,8 +134,17 @@ func waitConverged(t *testing.T, ctx context.Context, ns string, v viewer, step 
 		case !s.Settled():
 			last = fmt.Sprintf("deployment not settled: %d desired, %d live, %d other pods", s.Desired, len(s.Live), s.Others)
 		default:
-			views := v.views(ctx, t, s.Live)
-			if last = peerview.Diff(s.Expected(9005), views); last == "" {
+			views := v.views(ctx, t, s.Live, eppContainer)
+			last = peerview.Diff(s.Expected(9005), views)
+			if last == "" && m == sidecar {
+				sidecars := v.views(ctx, t, s.Live, sidecarContainer)
+				if last = peerview.Diff(s.Expected(9005), sidecars); last != "" {
+					last = "sidecar: " + last
+				} else if last = sameSource(views, sidecars); last == "" {
+					t.Logf("%s (each EPP container's view is its sidecar's):\n%s", step, peerview.Table(s, views))
+					return
+				}
+			} else if last == "" {
 				t.Logf("%s:\n%s", step, peerview.Table(s, views))
 				return
 			}
@@ -130,6 +154,17 @@ func waitConverged(t *testing.T, ctx context.Context, ns string, v viewer, step 
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+}
+
+// sameSource checks that each EPP container read its peers from the file (source
+// "file") and each sidecar from the EndpointSlices.
+func sameSource(consumers, sidecars map[string]peerview.View) string {
+	for name, c := range consumers {
+		if c.Doc.Source != "file" || sidecars[name].Doc.Source != "endpointslice" {
+			return fmt.Sprintf("%s: EPP container source %q, sidecar source %q", name, c.Doc.Source, sidecars[name].Doc.Source)
+		}
+	}
+	return ""
 }
 
 func waitGone(t *testing.T, ctx context.Context, ns, pod string) {
@@ -151,7 +186,7 @@ func checkOff(t *testing.T, ctx context.Context, ns string, v viewer) {
 	for {
 		s := read(t, ctx, ns)
 		if s.Settled() {
-			views := v.views(ctx, t, s.Live)
+			views := v.views(ctx, t, s.Live, eppContainer)
 			ok := len(views) == len(s.Live)
 			for _, view := range views {
 				if view.Err != nil {
@@ -237,9 +272,10 @@ func report(t *testing.T, ns string, v viewer) {
 			fmt.Fprintf(&b, "pod %s phase=%s ip=%s ready=%v deleting=%v\n", p.Name, p.Status.Phase, p.Status.PodIP, peerview.Ready(&p), p.DeletionTimestamp != nil)
 		}
 		s, _ := peerview.Read(ctx, clientset, ns, "epp", selector)
-		views := v.views(ctx, t, s.Live)
-		for name, view := range views {
-			fmt.Fprintf(&b, "--- %s /debug/peers: %+v err=%v\n", name, view.Doc, view.Err)
+		for _, c := range []string{eppContainer, sidecarContainer} {
+			for name, view := range v.views(ctx, t, s.Live, c) {
+				fmt.Fprintf(&b, "--- %s container %s /debug/peers: %+v err=%v\n", name, c, view.Doc, view.Err)
+			}
 		}
 		for _, p := range pods.Items {
 			fmt.Fprintf(&b, "--- logs of %s:\n%s\n", p.Name, v.logs(t, p.Name))

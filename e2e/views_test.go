@@ -15,9 +15,20 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
 )
 
-// viewer reads each live pod's /debug/peers through 127.0.0.1.
+// The containers whose /debug/peers the suite reads: the EPP container, and in
+// sidecar mode the peer-discovery sidecar.
+const (
+	eppContainer     = "epp"
+	sidecarContainer = "peer-discovery"
+)
+
+// metricsPorts are the container ports of /debug/peers, by container.
+var metricsPorts = map[string]int{eppContainer: 9090, sidecarContainer: 9091}
+
+// viewer reads each live pod's /debug/peers, of one of its containers, through
+// 127.0.0.1. Pods without that container (yet) are left out.
 type viewer interface {
-	views(ctx context.Context, t *testing.T, live []corev1.Pod) map[string]peerview.View
+	views(ctx context.Context, t *testing.T, live []corev1.Pod, container string) map[string]peerview.View
 	// logs returns a replica's output for failure reports.
 	logs(t *testing.T, pod string) string
 	close()
@@ -39,11 +50,11 @@ func newLocalViewer(t *testing.T, ns string) *localViewer {
 	return &localViewer{rt: rt, cancel: cancel}
 }
 
-func (v *localViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod) map[string]peerview.View {
+func (v *localViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod, container string) map[string]peerview.View {
 	for _, err := range v.rt.Errors() {
 		t.Logf("process runtime: %v", err)
 	}
-	return v.rt.Views(ctx, live)
+	return v.rt.ViewsOf(ctx, live, container)
 }
 
 func (v *localViewer) logs(_ *testing.T, pod string) string {
@@ -61,26 +72,31 @@ func (v *localViewer) close() { v.cancel(); v.rt.Wait() }
 type kindViewer struct {
 	ns      string
 	mu      sync.Mutex
-	tunnels map[string]*k8s.Tunnel // by pod UID
+	tunnels map[string]*k8s.Tunnel // by pod UID and port
 }
 
 func newKindViewer(ns string) *kindViewer {
 	return &kindViewer{ns: ns, tunnels: map[string]*k8s.Tunnel{}}
 }
 
-func (v *kindViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod) map[string]peerview.View {
+func (v *kindViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod, container string) map[string]peerview.View {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	out := map[string]peerview.View{}
+	port := metricsPorts[container]
 	for _, p := range live {
-		tun, ok := v.tunnels[string(p.UID)]
+		if !hasContainer(&p, container) {
+			continue
+		}
+		key := fmt.Sprintf("%s:%d", p.UID, port)
+		tun, ok := v.tunnels[key]
 		if !ok {
-			tun = k8s.NewTunnel(kubectlOptions(v.ns), k8s.ResourceTypePod, p.Name, 0, 9090)
+			tun = k8s.NewTunnel(kubectlOptions(v.ns), k8s.ResourceTypePod, p.Name, 0, port)
 			if err := tun.ForwardPortE(t); err != nil {
 				out[p.Name] = peerview.View{Err: fmt.Errorf("port-forward: %w", err)}
 				continue
 			}
-			v.tunnels[string(p.UID)] = tun
+			v.tunnels[key] = tun
 		}
 		doc, err := peerview.Fetch(ctx, tun.Endpoint())
 		out[p.Name] = peerview.View{Doc: doc, Err: err}
@@ -88,8 +104,17 @@ func (v *kindViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod)
 	return out
 }
 
+func hasContainer(p *corev1.Pod, name string) bool {
+	for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
 func (v *kindViewer) logs(t *testing.T, pod string) string {
-	out, err := k8s.RunKubectlAndGetOutputContextE(t, context.Background(), kubectlOptions(v.ns), "logs", pod, "--tail=40")
+	out, err := k8s.RunKubectlAndGetOutputContextE(t, context.Background(), kubectlOptions(v.ns), "logs", pod, "--all-containers", "--prefix", "--tail=40")
 	if err != nil {
 		return err.Error()
 	}

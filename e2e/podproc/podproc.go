@@ -1,22 +1,30 @@
 // Package podproc is the process runtime of the local backend: for every pod of a
-// Deployment that KWOK marks Running, it starts bin/epp as that pod's container
-// would run, and stops it when the pod goes away.
+// Deployment that KWOK marks Running, it starts bin/epp once for each of the pod's
+// containers, as those containers would run, and stops them when the pod goes away.
 //
-// The process gets the container's args and env as deployed (downward-API values
-// resolved from the live Pod, valueFrom Secrets and ConfigMaps read from the API),
-// with two changes a real pod does not need: its bind addresses move to free
-// 127.0.0.1 ports, and, when the pod mounts a ServiceAccount token, it gets a
-// kubeconfig with a real token for the pod's ServiceAccount (TokenRequest, bound to
-// the Pod) instead of the in-cluster config. So the deployed RBAC, flags and env are
-// exercised exactly. Nothing ever dials the pod IPs.
+// Native sidecars (init containers with restartPolicy Always) start first, in order,
+// each waited for until its startup probe passes, then the containers. Every process
+// gets its container's args and env as deployed (downward-API values resolved from
+// the live Pod, valueFrom Secrets and ConfigMaps read from the API, $(VAR) references
+// expanded), with the changes a real pod does not need: its bind addresses move to
+// free 127.0.0.1 ports, each emptyDir volume is a folder of the pod's own (paths under
+// its mount point, in args and env, point there), and a container that gets the
+// ServiceAccount token (the pod's automount, or a projected token volume it mounts)
+// gets a kubeconfig with a real token for the pod's ServiceAccount (TokenRequest,
+// bound to the Pod) instead of the in-cluster config. So the deployed RBAC, flags,
+// env and volumes are exercised exactly. Nothing ever dials the pod IPs. Init
+// containers that run to completion are not supported; a process that exits is not
+// restarted.
 package podproc
 
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -35,11 +43,22 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
-// Replica is one running epp process standing in for a pod.
+// Replica is one pod: one running epp process per container.
 type Replica struct {
 	Pod, PodIP string
 	UID        types.UID
-	// MetricsAddr serves /debug/peers and /metrics; ProbeAddr /healthz and /readyz.
+	// MetricsAddr serves the /debug/peers and /metrics of the runtime's main
+	// container; ProbeAddr its /healthz and /readyz.
+	MetricsAddr, ProbeAddr string
+	// Processes are the pod's containers in start order (native sidecars first).
+	Processes []*Process
+	dir       string
+}
+
+// Process is one container's epp process.
+type Process struct {
+	Container string
+	// MetricsAddr and ProbeAddr are where its bind addresses moved (127.0.0.1).
 	MetricsAddr, ProbeAddr string
 	// Args and Env are what the process got.
 	Args []string
@@ -50,10 +69,24 @@ type Replica struct {
 	log  string
 }
 
-// Log returns the process's output so far.
+// Process returns the process of the named container, or nil.
+func (r *Replica) Process(container string) *Process {
+	for _, p := range r.Processes {
+		if p.Container == container {
+			return p
+		}
+	}
+	return nil
+}
+
+// Log returns the output of every container so far.
 func (r *Replica) Log() string {
-	b, _ := os.ReadFile(r.log)
-	return string(b)
+	var b strings.Builder
+	for _, p := range r.Processes {
+		out, _ := os.ReadFile(p.log)
+		fmt.Fprintf(&b, "[container %s]\n%s", p.Container, out)
+	}
+	return b.String()
 }
 
 // Runtime runs the pods of one namespace matching a label selector.
@@ -163,7 +196,7 @@ func (r *Runtime) sync(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	for _, rep := range stale {
-		stop(rep)
+		stopReplica(rep)
 	}
 	for _, p := range missing {
 		rep, err := r.start(ctx, p)
@@ -178,50 +211,177 @@ func (r *Runtime) sync(ctx context.Context) error {
 }
 
 func (r *Runtime) start(ctx context.Context, pod *corev1.Pod) (*Replica, error) {
-	var c *corev1.Container
-	for i := range pod.Spec.Containers {
-		if pod.Spec.Containers[i].Name == r.container {
-			c = &pod.Spec.Containers[i]
+	rep := &Replica{Pod: pod.Name, PodIP: pod.Status.PodIP, UID: pod.UID, dir: filepath.Join(r.dir, pod.Name+"-"+string(pod.UID)[:8])}
+	if err := os.MkdirAll(rep.dir, 0o755); err != nil {
+		return nil, err
+	}
+	var order []corev1.Container
+	for _, c := range pod.Spec.InitContainers {
+		if c.RestartPolicy == nil || *c.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+			return nil, fmt.Errorf("init container %s runs to completion: not supported by the local runtime", c.Name)
+		}
+		order = append(order, c)
+	}
+	order = append(order, pod.Spec.Containers...)
+	var kubeconfig string
+	for i := range order {
+		c := &order[i]
+		if kubeconfig == "" && getsToken(pod, c) {
+			var err error
+			if kubeconfig, err = r.tokenKubeconfig(ctx, pod); err != nil {
+				stopReplica(rep)
+				return nil, err
+			}
+		}
+		proc, err := r.startContainer(ctx, pod, rep, c, kubeconfig)
+		if err != nil {
+			stopReplica(rep)
+			return nil, fmt.Errorf("container %s: %w", c.Name, err)
+		}
+		rep.Processes = append(rep.Processes, proc)
+		if i < len(pod.Spec.InitContainers) {
+			// A native sidecar: the next container starts once it has started.
+			if err := waitStarted(ctx, proc, c); err != nil {
+				stopReplica(rep)
+				return nil, fmt.Errorf("sidecar %s: %w", c.Name, err)
+			}
 		}
 	}
-	if c == nil {
+	main := rep.Process(r.container)
+	if main == nil {
+		stopReplica(rep)
 		return nil, fmt.Errorf("no container %q", r.container)
 	}
-	rep := &Replica{Pod: pod.Name, PodIP: pod.Status.PodIP, UID: pod.UID, MetricsAddr: testenv.FreeAddr(), ProbeAddr: testenv.FreeAddr(), done: make(chan struct{})}
-	for _, a := range c.Args {
-		if strings.HasPrefix(a, "--metrics-bind-address") || strings.HasPrefix(a, "--health-probe-bind-address") || strings.HasPrefix(a, "--kubeconfig") {
-			continue
-		}
-		rep.Args = append(rep.Args, a)
+	rep.MetricsAddr, rep.ProbeAddr = main.MetricsAddr, main.ProbeAddr
+	return rep, nil
+}
+
+// getsToken reports whether the container gets the pod's ServiceAccount token: the
+// pod automounts it, or the container mounts a projected token volume.
+func getsToken(pod *corev1.Pod, c *corev1.Container) bool {
+	if a := pod.Spec.AutomountServiceAccountToken; a == nil || *a {
+		return true
 	}
-	rep.Args = append(rep.Args, "--metrics-bind-address="+rep.MetricsAddr, "--health-probe-bind-address="+rep.ProbeAddr)
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name != m.Name || v.Projected == nil {
+				continue
+			}
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+var varRef = regexp.MustCompile(`\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)`)
+
+// startContainer starts bin/epp as container c of pod would run.
+func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Replica, c *corev1.Container, kubeconfig string) (*Process, error) {
+	p := &Process{Container: c.Name, MetricsAddr: testenv.FreeAddr(), ProbeAddr: testenv.FreeAddr(), done: make(chan struct{})}
+	// The emptyDir volumes the container mounts: folders of the pod's own.
+	paths := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name == m.Name && v.EmptyDir != nil {
+				dir := filepath.Join(rep.dir, "volumes", v.Name)
+				if err := os.MkdirAll(dir, 0o755); err != nil {
+					return nil, err
+				}
+				paths[m.MountPath] = dir
+			}
+		}
+	}
+	rewrite := func(s string) string {
+		for mount, dir := range paths {
+			if s == mount || strings.HasPrefix(s, mount+"/") {
+				return dir + strings.TrimPrefix(s, mount)
+			}
+			s = strings.ReplaceAll(s, "="+mount+"/", "="+dir+"/")
+		}
+		return s
+	}
 	env, err := r.resolveEnv(ctx, pod, c)
 	if err != nil {
 		return nil, err
 	}
-	rep.Env = env
-	if automount := pod.Spec.AutomountServiceAccountToken; automount == nil || *automount {
-		kc, err := r.tokenKubeconfig(ctx, pod)
-		if err != nil {
-			return nil, err
-		}
-		rep.Args = append(rep.Args, "--kubeconfig="+kc)
+	vars := map[string]string{}
+	for i, kv := range env {
+		name, value, _ := strings.Cut(kv, "=")
+		value = rewrite(value)
+		env[i], vars[name] = name+"="+value, value
 	}
-	rep.log = filepath.Join(r.dir, pod.Name+"-"+string(pod.UID)[:8]+".log")
-	f, err := os.Create(rep.log)
+	p.Env = env
+	for _, a := range c.Args {
+		if strings.HasPrefix(a, "--metrics-bind-address") || strings.HasPrefix(a, "--health-probe-bind-address") || strings.HasPrefix(a, "--kubeconfig") {
+			continue
+		}
+		a = varRef.ReplaceAllStringFunc(a, func(ref string) string {
+			if ref == "$$" {
+				return "$"
+			}
+			if v, ok := vars[ref[2:len(ref)-1]]; ok {
+				return v
+			}
+			return ref // undefined: left as written, as the kubelet does
+		})
+		p.Args = append(p.Args, rewrite(a))
+	}
+	p.Args = append(p.Args, "--metrics-bind-address="+p.MetricsAddr, "--health-probe-bind-address="+p.ProbeAddr)
+	if kubeconfig != "" && getsToken(pod, c) {
+		p.Args = append(p.Args, "--kubeconfig="+kubeconfig)
+	}
+	p.log = filepath.Join(rep.dir, c.Name+".log")
+	f, err := os.Create(p.log)
 	if err != nil {
 		return nil, err
 	}
-	rep.cmd = exec.Command(r.bin, rep.Args...)
-	rep.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + r.dir}, env...)
-	rep.cmd.Stdout, rep.cmd.Stderr = f, f
-	rep.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := rep.cmd.Start(); err != nil {
+	p.cmd = exec.Command(r.bin, p.Args...)
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + r.dir}, env...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
 		f.Close()
 		return nil, err
 	}
-	go func() { _ = rep.cmd.Wait(); f.Close(); close(rep.done) }()
-	return rep, nil
+	go func() { _ = p.cmd.Wait(); f.Close(); close(p.done) }()
+	return p, nil
+}
+
+// waitStarted waits (at most 60 s, polling every 100 ms) until the process's startup
+// probe passes: an HTTP GET of its path on the probe address (epp's probes are its
+// only HTTP endpoints with a startup meaning). Without a startup probe the process
+// counts as started at once, as the kubelet does.
+func waitStarted(ctx context.Context, p *Process, c *corev1.Container) error {
+	if c.StartupProbe == nil || c.StartupProbe.HTTPGet == nil {
+		return nil
+	}
+	url := "http://" + p.ProbeAddr + c.StartupProbe.HTTPGet.Path
+	client := &http.Client{Timeout: time.Second}
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		select {
+		case <-p.done:
+			return fmt.Errorf("exited before its startup probe passed")
+		default:
+		}
+		if resp, err := client.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("startup probe %s not passing after 60s", url)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // resolveEnv turns the container's env into NAME=value strings as the kubelet would.
@@ -298,7 +458,7 @@ func (r *Runtime) tokenKubeconfig(ctx context.Context, pod *corev1.Pod) (string,
 	if err != nil {
 		return "", fmt.Errorf("token for ServiceAccount %s/%s: %w", pod.Namespace, sa, err)
 	}
-	path := filepath.Join(r.dir, pod.Name+"-"+string(pod.UID)[:8]+".kubeconfig")
+	path := filepath.Join(r.dir, pod.Name+"-"+string(pod.UID)[:8], "kubeconfig")
 	cfg := &rest.Config{Host: r.cfg.Host, TLSClientConfig: rest.TLSClientConfig{CAData: r.cfg.CAData}, BearerToken: tr.Status.Token}
 	return path, testenv.WriteKubeconfig(cfg, path)
 }
@@ -310,32 +470,46 @@ func (r *Runtime) stopAll() {
 	r.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, rep := range reps {
-		wg.Go(func() { stop(rep) })
+		wg.Go(func() { stopReplica(rep) })
 	}
 	wg.Wait()
 }
 
-func stop(rep *Replica) {
-	_ = rep.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-rep.done:
-	case <-time.After(10 * time.Second):
-		_ = rep.cmd.Process.Kill()
-		<-rep.done
+// stopReplica stops the pod's containers in the reverse of their start order (the
+// main containers before the sidecars, as the kubelet does).
+func stopReplica(rep *Replica) {
+	for i := len(rep.Processes) - 1; i >= 0; i-- {
+		p := rep.Processes[i]
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
 	}
 }
 
-// Views reads the /debug/peers of the process of each live pod (through 127.0.0.1),
-// keyed by pod name. Pods without a process yet are left out.
+// Views reads the /debug/peers of the main container of each live pod (through
+// 127.0.0.1), keyed by pod name. Pods without processes yet are left out.
 func (r *Runtime) Views(ctx context.Context, live []corev1.Pod) map[string]peerview.View {
+	return r.ViewsOf(ctx, live, r.container)
+}
+
+// ViewsOf is Views for the named container (a sidecar's, say).
+func (r *Runtime) ViewsOf(ctx context.Context, live []corev1.Pod, container string) map[string]peerview.View {
 	byUID := map[types.UID]*Replica{}
 	for _, rep := range r.Replicas() {
 		byUID[rep.UID] = rep
 	}
 	out := map[string]peerview.View{}
 	for _, p := range live {
-		if rep, ok := byUID[p.UID]; ok {
-			doc, err := peerview.Fetch(ctx, rep.MetricsAddr)
+		rep, ok := byUID[p.UID]
+		if !ok {
+			continue
+		}
+		if proc := rep.Process(container); proc != nil {
+			doc, err := peerview.Fetch(ctx, proc.MetricsAddr)
 			out[p.Name] = peerview.View{Doc: doc, Err: err}
 		}
 	}

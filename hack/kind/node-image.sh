@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds a kind node image for the Kubernetes version of hack/k8s/go.mod with no registry: every binary comes
+# Builds a kind node image for Kubernetes v1.37.2 with no registry: every binary comes
 # from the Go module proxy, the base from Debian's packages. Idempotent: each step is
 # skipped when its result exists, and the image is rebuilt only when its inputs change.
 # Usage: node-image.sh <node-image-tag>   (run by `make kind-node-image`; needs DOCKER_HOST)
@@ -11,7 +11,7 @@
 #     imported as a docker image;
 #  3. the node base: that rootfs plus the files and systemd steps of kind's own base
 #     image, containerd 1.6 and CNI settings that work here;
-#  4. component images FROM scratch tagged as that version's kubeadm expects;
+#  4. component images FROM scratch tagged as kubeadm v1.37.2 expects;
 #  5. the node: the base with the component images preloaded into its containerd and
 #     kubeadm, kubelet, kubectl, crictl added, committed with kind's entrypoint.
 set -euo pipefail
