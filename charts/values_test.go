@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
 )
@@ -307,6 +308,10 @@ func TestHelmTestHook(t *testing.T) {
 		p := pods[0]
 		if p.Annotations["helm.sh/hook"] != "test" || p.Spec.RestartPolicy != corev1.RestartPolicyNever || p.Spec.ServiceAccountName != "epp" {
 			t.Fatalf("%s: hook %+v", mode, p.ObjectMeta)
+		}
+		svc := only[*corev1.Service](t, renderChart(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", mode)))
+		if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(p.Labels)) {
+			t.Fatalf("%s: the test pod's labels %v match the Service's selector %v: it would be an endpoint and a peer", mode, p.Labels, svc.Spec.Selector)
 		}
 		want := []string{"check-peers", "--service=epp", "--namespace=team-a", "--port-name=" + port, "--timeout=60s"}
 		if diff := cmp.Diff(want, p.Spec.Containers[0].Args); diff != "" {

@@ -90,9 +90,15 @@ func (h *helmChannel) install(t *testing.T, ns string, m mode, replicas int) {
 }
 
 // test runs `helm test epp`: the chart's hook checks every replica from inside the
-// cluster.
+// cluster. On failure the output ends with the test pod's log (a passed test pod is
+// deleted by its hook policy, so there is none to show then).
 func (h *helmChannel) test(t *testing.T, ns string) (string, error) {
-	return helm.RunHelmCommandAndGetOutputContextE(t, context.Background(), h.options(ns, 0), "test", "epp", "--timeout", "2m", "--logs")
+	out, err := helm.RunHelmCommandAndGetOutputContextE(t, context.Background(), h.options(ns, 0), "test", "epp", "--timeout", "2m")
+	if err != nil {
+		logs, _ := k8s.RunKubectlAndGetOutputContextE(t, context.Background(), kubectlOptions(ns), "logs", "epp-test-peers")
+		out += "\n--- epp-test-peers log:\n" + logs
+	}
+	return out, err
 }
 
 func (h *helmChannel) scale(t *testing.T, ns string, replicas int) {
