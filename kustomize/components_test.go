@@ -16,14 +16,15 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
-func container(t *testing.T, cs []corev1.Container, name string) corev1.Container {
+// eppContainer is the container named epp, wherever it is in the list.
+func eppContainer(t *testing.T, cs []corev1.Container) corev1.Container {
 	t.Helper()
 	for _, c := range cs {
-		if c.Name == name {
+		if c.Name == "epp" {
 			return c
 		}
 	}
-	t.Fatalf("no container %q", name)
+	t.Fatal("no container epp")
 	return corev1.Container{}
 }
 
@@ -76,7 +77,7 @@ patches:
 			if !slices.Equal(proxy.Args, []string{"--listen=:8000"}) || len(proxy.Env) != 0 || len(proxy.Ports) != 0 || len(proxy.VolumeMounts) != 0 {
 				t.Fatalf("the component changed the other container: %+v", proxy)
 			}
-			tc.check(t, container(t, pod.Containers, "epp"), pod)
+			tc.check(t, eppContainer(t, pod.Containers), pod)
 		})
 	}
 }
@@ -103,8 +104,8 @@ func TestComponentObjectsCarryTheBaseLabels(t *testing.T) {
 // peer-discovery plus the membership flag (kustomize cannot append by container name,
 // so the two lists must stay in step).
 func TestMembershipComponentKeepsThePeerFlags(t *testing.T) {
-	on := container(t, one[*appsv1.Deployment](t, userOverlay(t, "", "", "peer-discovery")).Spec.Template.Spec.Containers, "epp").Args
-	alive := container(t, one[*appsv1.Deployment](t, userOverlay(t, "", "", "peer-discovery", "peer-membership-alive")).Spec.Template.Spec.Containers, "epp").Args
+	on := eppContainer(t, one[*appsv1.Deployment](t, userOverlay(t, "", "", "peer-discovery")).Spec.Template.Spec.Containers).Args
+	alive := eppContainer(t, one[*appsv1.Deployment](t, userOverlay(t, "", "", "peer-discovery", "peer-membership-alive")).Spec.Template.Spec.Containers).Args
 	if diff := cmp.Diff(append(slices.Clone(on), "--epp-peer-membership=alive"), alive); diff != "" {
 		t.Fatalf("alive args (-peer-discovery's plus membership +got):\n%s", diff)
 	}
@@ -160,7 +161,7 @@ func TestSidecarOverlay(t *testing.T) {
 	if diff := cmp.Diff(wantArgs, sc.Args); diff != "" {
 		t.Fatalf("sidecar args (-want +got):\n%s", diff)
 	}
-	epp := container(t, pod.Containers, "epp")
+	epp := eppContainer(t, pod.Containers)
 	if diff := cmp.Diff([]corev1.EnvVar{{Name: "EPP_PEERS_FILE", Value: "/var/run/epp-peers/peers.json"}}, epp.Env); diff != "" {
 		t.Fatalf("EPP container env (-want +got):\n%s", diff)
 	}
