@@ -61,16 +61,17 @@ test: lint k8s test-unit test-fuzz test-integration test-manifests test-terrafor
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
-	go test $(GO_TEST_FLAGS) -count=1 $$(go list ./controller/... | grep -v /controller/integration)
+	go test $(GO_TEST_FLAGS) -count=1 $$(go list ./controller/... | grep -v '/controller/integration\|/controller/faults')
 
 .PHONY: test-fuzz
-test-fuzz: ## Fuzz the peer-set computation and the peers-file parser, FUZZTIME each (default 15s).
+test-fuzz: ## Fuzz the peer-set computation, its incremental State against it, and the peers-file parser, FUZZTIME each (default 15s).
 	go test -run='^$$' -fuzz=FuzzCompute -fuzztime=$(FUZZTIME) ./controller/peerset
+	go test -run='^$$' -fuzz=FuzzState -fuzztime=$(FUZZTIME) ./controller/peerset
 	go test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./controller/peerfile
 
 .PHONY: test-integration
-test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest): the wiring, a host manager, the llm-d-router adapter, and bin/epp black-box.
-	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/integration/... ./internal/...
+test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest): the wiring, a host manager, the llm-d-router adapter, bin/epp black-box, and faults (refused, reset, black-holed, TLS, 5xx, Role removed, API server restart, 50 replicas against a stopped server).
+	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/integration/... ./controller/faults/... ./internal/...
 
 .PHONY: test-manifests
 test-manifests: k8s ## Helm chart and kustomize: renders, schema, lint, parity, and acceptance + RBAC on a real API server.

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -105,9 +106,34 @@ func runCase(t *testing.T, ch channel, ns string, m mode) {
 		checkOff(t, ctx, ns, v)
 	}
 
+	if m != off {
+		collectPropagation(ctx, t, ns, v, m)
+	}
 	ch.uninstall(t, ns)
 	uninstalled = true
 	waitNothingLeft(t, ctx, ns, ch.createsNamespace())
+}
+
+// propagation merges the epp_peer_discovery_propagation_delay_seconds histograms of
+// the replicas alive at the end of each case (the EndpointSlice source's: epp, or the
+// sidecar).
+var propagation = struct {
+	sync.Mutex
+	h peerview.Histogram
+}{h: peerview.Histogram{}}
+
+func collectPropagation(ctx context.Context, t *testing.T, ns string, v viewer, m mode) {
+	container := eppContainer
+	if m == sidecar {
+		container = sidecarContainer
+	}
+	s := read(t, ctx, ns)
+	texts := v.metrics(ctx, t, s.Live, container)
+	propagation.Lock()
+	defer propagation.Unlock()
+	for _, text := range texts {
+		propagation.h.AddHistogram(text, "epp_peer_discovery_propagation_delay_seconds")
+	}
 }
 
 func read(t *testing.T, ctx context.Context, ns string) peerview.State {

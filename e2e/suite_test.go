@@ -146,5 +146,13 @@ func run(m *testing.M) (int, error) {
 			backend, strings.Join(convergence.lines, "\n  "))
 	}
 	convergence.Unlock()
+	propagation.Lock()
+	if h := propagation.h; h.Count() > 0 {
+		fmt.Fprintf(os.Stderr, "\ne2e propagation delay on the %s backend (endpoints.kubernetes.io/last-change-trigger-time -> published, epp_peer_discovery_propagation_delay_seconds of the replicas alive at the end of each case): n=%.0f p50=%.3fs p90=%.3fs p99=%.3fs\n",
+			backend, h.Count(), h.Quantile(0.5), h.Quantile(0.9), h.Quantile(0.99))
+	} else {
+		fmt.Fprintf(os.Stderr, "\ne2e propagation delay on the %s backend: no observations\n", backend)
+	}
+	propagation.Unlock()
 	return code, nil
 }

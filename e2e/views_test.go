@@ -29,6 +29,8 @@ var metricsPorts = map[string]int{eppContainer: 9090, sidecarContainer: 9091}
 // 127.0.0.1. Pods without that container (yet) are left out.
 type viewer interface {
 	views(ctx context.Context, t *testing.T, live []corev1.Pod, container string) map[string]peerview.View
+	// metrics reads /metrics of one container of each live pod.
+	metrics(ctx context.Context, t *testing.T, live []corev1.Pod, container string) []string
 	// logs returns a replica's output for failure reports.
 	logs(t *testing.T, pod string) string
 	close()
@@ -55,6 +57,24 @@ func (v *localViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod
 		t.Logf("process runtime: %v", err)
 	}
 	return v.rt.ViewsOf(ctx, live, container)
+}
+
+func (v *localViewer) metrics(ctx context.Context, _ *testing.T, live []corev1.Pod, container string) []string {
+	byUID := map[string]*podproc.Replica{}
+	for _, r := range v.rt.Replicas() {
+		byUID[string(r.UID)] = r
+	}
+	var out []string
+	for _, p := range live {
+		if r, ok := byUID[string(p.UID)]; ok {
+			if proc := r.Process(container); proc != nil {
+				if text, err := peerview.FetchMetrics(ctx, proc.MetricsAddr); err == nil {
+					out = append(out, text)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func (v *localViewer) logs(_ *testing.T, pod string) string {
@@ -100,6 +120,21 @@ func (v *kindViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod,
 		}
 		doc, err := peerview.Fetch(ctx, tun.Endpoint())
 		out[p.Name] = peerview.View{Doc: doc, Err: err}
+	}
+	return out
+}
+
+func (v *kindViewer) metrics(ctx context.Context, t *testing.T, live []corev1.Pod, container string) []string {
+	v.views(ctx, t, live, container) // opens the tunnels
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	var out []string
+	for _, p := range live {
+		if tun, ok := v.tunnels[fmt.Sprintf("%s:%d", p.UID, metricsPorts[container])]; ok {
+			if text, err := peerview.FetchMetrics(ctx, tun.Endpoint()); err == nil {
+				out = append(out, text)
+			}
+		}
 	}
 	return out
 }

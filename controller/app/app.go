@@ -6,17 +6,14 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
@@ -31,6 +28,9 @@ const (
 	clientBurst = 10
 )
 
+// ShutdownTimeout bounds how long Run takes to return once its context ends.
+const ShutdownTimeout = 5 * time.Second
+
 // App is a running epp: a peer source feeding Store, and the HTTP endpoints.
 type App struct {
 	opts Options
@@ -41,9 +41,10 @@ type App struct {
 
 	pub     *discovery.Publisher // nil with peer discovery off
 	source  discovery.Source
-	mgr     manager.Manager // for a discovery.ManagerSource
 	metrics net.Listener
 	probes  net.Listener
+
+	rendered atomic.Pointer[rendering] // the /debug/peers document of one generation
 }
 
 // New is NewWithSources with DefaultSources.
@@ -91,27 +92,7 @@ func (a *App) buildSource(restConfig *rest.Config, sources Sources) error {
 		return fmt.Errorf("peer source %s: %w", name, err)
 	}
 	a.source = src
-	ms, ok := src.(discovery.ManagerSource)
-	if !ok {
-		return nil
-	}
-	cfg, err := loadConfig()
-	if err != nil {
-		return err
-	}
-	// The manager serves nothing itself (the app serves metrics and probes), never
-	// elects a leader, and its own cache stays unused: the source brings its own.
-	a.mgr, err = manager.New(cfg, manager.Options{
-		Scheme:                 scheme.Scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		LeaderElection:         false,
-		Logger:                 a.log,
-	})
-	if err != nil {
-		return fmt.Errorf("creating the manager: %w", err)
-	}
-	return ms.SetupWithManager(a.mgr)
+	return nil
 }
 
 // LoadRESTConfig loads the Kubernetes client configuration in controller-runtime's
@@ -147,10 +128,11 @@ func (a *App) MetricsAddr() string { return a.metrics.Addr().String() }
 // ProbeAddr is the bound address of /healthz and /readyz.
 func (a *App) ProbeAddr() string { return a.probes.Addr().String() }
 
-// Cache is the cache of the EndpointSlice source, else nil.
-func (a *App) Cache() cache.Cache {
-	if c, ok := a.source.(interface{ Cache() cache.Cache }); ok {
-		return c.Cache()
+// Slices returns the names of the EndpointSlices the source holds (nil for a
+// source that reads no slices).
+func (a *App) Slices() []string {
+	if s, ok := a.source.(interface{ Slices() []string }); ok {
+		return s.Slices()
 	}
 	return nil
 }
@@ -168,18 +150,18 @@ func (a *App) Run(ctx context.Context) error {
 		})
 		g.Go(func() error {
 			<-ctx.Done()
-			shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			shutdown, cancel := context.WithTimeout(context.Background(), ShutdownTimeout/2)
 			defer cancel()
-			return srv.Shutdown(shutdown)
+			if err := srv.Shutdown(shutdown); err != nil {
+				_ = srv.Close() // a client that keeps a request open does not hold the exit
+			}
+			return nil
 		})
 	}
 	metrics.Synced.Set(0)
 	metrics.Peers.Set(0)
 	serve("metrics", a.metrics, a.metricsHandler())
 	serve("probe", a.probes, a.probeHandler())
-	if a.mgr != nil {
-		g.Go(func() error { return a.mgr.Start(ctx) })
-	}
 	if a.source != nil {
 		g.Go(func() error { return a.source.Run(ctx) })
 	}

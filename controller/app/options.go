@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
@@ -94,6 +95,10 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address serving /metrics and /debug/peers (plain HTTP).")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address serving /healthz and /readyz.")
 	o.Zap.BindFlags(fs)
+	// Stack traces only for panics: an error log line is one line, unless
+	// --zap-stacktrace-level asks for more (or --zap-devel, with its own default).
+	panicLevel := zapcore.PanicLevel
+	o.Zap.StacktraceLevel = &panicLevel
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
@@ -106,7 +111,16 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	if fs.NArg() > 0 {
 		return o, usageErrorf("unexpected argument %q: epp takes flags only", fs.Arg(0))
 	}
+	if o.Zap.Development && !flagSet(fs, "zap-stacktrace-level") {
+		o.Zap.StacktraceLevel = nil // development mode's default (warnings)
+	}
 	return o, o.complete(membership, sources, sourceArgs, getenv, stderr)
+}
+
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 // complete validates the options and fills in the source, Self and the source's

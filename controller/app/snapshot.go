@@ -2,8 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -13,8 +11,9 @@ import (
 
 // writeSnapshots writes the /debug/peers document to --epp-peer-snapshot-file once
 // the source has synced (at once with peer discovery off) and after every change of
-// the peer set. A failed write is logged, counted and retried every second until it
-// succeeds or a newer set supersedes it.
+// the set or its status (stale or fresh). A failed write is logged, counted and
+// retried every second until it succeeds or a newer document supersedes it. When ctx
+// ends it writes the document once more, so the file left behind is the last view.
 func (a *App) writeSnapshots(ctx context.Context) error {
 	path := a.opts.SnapshotFile
 	if a.pub != nil {
@@ -24,8 +23,11 @@ func (a *App) writeSnapshots(ctx context.Context) error {
 		case <-a.pub.Ready():
 		}
 	}
-	version := a.Store.Snapshot().Version
 	for {
+		var changed <-chan struct{}
+		if a.pub != nil {
+			_, changed = a.pub.Generation()
+		}
 		if err := WriteFileAtomic(path, a.documentJSON()); err != nil {
 			metrics.Errors.WithLabelValues(metrics.ReasonSnapshot).Inc()
 			a.log.Error(err, "writing the peer snapshot failed; retrying", "flag", "--epp-peer-snapshot-file", "path", path)
@@ -36,24 +38,13 @@ func (a *App) writeSnapshots(ctx context.Context) error {
 			}
 			continue
 		}
-		if a.pub == nil {
-			<-ctx.Done() // peer discovery off: the document never changes
+		select {
+		case <-ctx.Done():
+			_ = WriteFileAtomic(path, a.documentJSON())
 			return nil
+		case <-changed: // nil with peer discovery off: the document never changes
 		}
-		snap, err := a.Store.WaitForChange(ctx, version)
-		if err != nil {
-			return nil // ctx ended
-		}
-		version = snap.Version
 	}
-}
-
-func (a *App) documentJSON() []byte {
-	b, err := json.MarshalIndent(a.Document(), "", "  ")
-	if err != nil {
-		panic(fmt.Sprintf("encoding the peers document: %v", err)) // plain structs: cannot fail
-	}
-	return append(b, '\n')
 }
 
 // WriteFileAtomic replaces path with data so that a reader sees the old or the new

@@ -35,8 +35,7 @@ type SourceDeps struct {
 	Options Options
 	// Publisher is where the source publishes its peer sets.
 	Publisher *discovery.Publisher
-	// RESTConfig loads the Kubernetes client configuration, for sources that need
-	// one (a discovery.ManagerSource gets its manager from the app without calling it).
+	// RESTConfig loads the Kubernetes client configuration, for sources that need one.
 	RESTConfig func() (*rest.Config, error)
 	// Log is the source's logger.
 	Log logr.Logger
@@ -55,7 +54,11 @@ func DefaultSources() Sources {
 			Usage:    "Name of the EPP's own Service; its EndpointSlices are the peer source.",
 			Complete: completeEndpointSlice,
 			New: func(d SourceDeps) (discovery.Source, error) {
-				return endpointslice.NewSource(d.Options.EndpointSlice, d.Publisher, d.Log), nil
+				rc, err := d.RESTConfig()
+				if err != nil {
+					return nil, err
+				}
+				return endpointslice.NewSource(d.Options.EndpointSlice, d.Publisher, d.Log, endpointslice.Options{RESTConfig: rc}), nil
 			},
 		},
 		{

@@ -2,15 +2,11 @@ package endpointslice
 
 import (
 	"errors"
-	"fmt"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/kubernetes/scheme"
-	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 )
 
 // CacheEntry is the cache entry for the EndpointSlices of one Service: only its
@@ -28,8 +24,10 @@ func CacheEntry(namespace, service string) (client.Object, cache.ByObject) {
 // AddToCacheOptions merges the source's CacheEntry into a host's cache options,
 // leaving the host's other entries and defaults as they are, and makes the source
 // read its slices from the host's cache (one informer for the process). Call it
-// before creating the host's manager. Without it, SetupWithManager gives the source
-// a small cache of its own instead, which needs no change to the host.
+// before creating the host's manager. Without it, the source runs a reflector of
+// its own, which needs no change to the host and recovers fastest from an API
+// server outage (see runOwn); on the host's cache, staleness is reported the same
+// way but recovery follows the host's informer.
 //
 // Mind the cost: controller-runtime starts a controller of a cache only once every
 // informer of that cache has synced, and stops the manager when that takes longer
@@ -40,7 +38,7 @@ func CacheEntry(namespace, service string) (client.Object, cache.ByObject) {
 // DiagnoseInterval while not synced). The default, a cache of its own, never touches
 // the host.
 func (s *Source) AddToCacheOptions(o *cache.Options) error {
-	if s.cache != nil {
+	if s.setUp {
 		return errors.New("AddToCacheOptions must be called before SetupWithManager")
 	}
 	for obj := range o.ByObject {
@@ -60,28 +58,3 @@ func (s *Source) AddToCacheOptions(o *cache.Options) error {
 	s.hostCache = true
 	return nil
 }
-
-// newOwnCache is the source's own cache: only the Service's slices, and any other
-// read fails instead of silently starting an informer the Role does not allow.
-func newOwnCache(mgr manager.Manager, namespace, service string, onWatchError toolscache.WatchErrorHandlerWithContext) (cache.Cache, error) {
-	obj, entry := CacheEntry(namespace, service)
-	c, err := cache.New(mgr.GetConfig(), cache.Options{
-		HTTPClient:                  mgr.GetHTTPClient(),
-		Scheme:                      scheme.Scheme,
-		Mapper:                      mgr.GetRESTMapper(),
-		ByObject:                    map[client.Object]cache.ByObject{obj: entry},
-		ReaderFailOnMissingInformer: true,
-		DefaultWatchErrorHandler:    onWatchError,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("creating the endpointslice cache: %w", err)
-	}
-	return c, nil
-}
-
-// ownCache runs the source's cache in the manager on every replica, leader or not,
-// and apart from the manager's cache-sync wait, so that a missing Role never holds
-// up the host's other runnables.
-type ownCache struct{ cache.Cache }
-
-func (ownCache) NeedLeaderElection() bool { return false }

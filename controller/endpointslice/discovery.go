@@ -27,7 +27,7 @@ type Discovery struct {
 func New(cfg peerset.Config, log logr.Logger) *Discovery {
 	d := &Discovery{}
 	build := func(pub *discovery.Publisher) (discovery.Source, error) {
-		d.source = NewSource(cfg, pub, log)
+		d.source = NewSource(cfg, pub, log, Options{})
 		return d.source, nil
 	}
 	pd, err := discovery.NewPeerDiscovery(peers.SourceEndpointSlice, log, build)
@@ -53,5 +53,5 @@ func NewFromJSON(params *json.Decoder, log logr.Logger) (*Discovery, error) {
 // cache options (see Source.AddToCacheOptions).
 func (d *Discovery) AddToCacheOptions(o *cache.Options) error { return d.source.AddToCacheOptions(o) }
 
-// Cache is the cache the slices are read from, after SetupWithManager.
-func (d *Discovery) Cache() cache.Cache { return d.source.Cache() }
+// Slices returns the names of the slices the discovery holds.
+func (d *Discovery) Slices() []string { return d.source.Slices() }

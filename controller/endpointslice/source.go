@@ -4,205 +4,209 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"math"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
-	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/builder"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/controller"
-	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
 
-// Source is the EndpointSlice peer source, a discovery.ManagerSource: a
-// controller that recomputes the peer set from the cached slices of one Service on
-// every event and publishes it.
-type Source struct {
-	cfg peerset.Config
-	pub *discovery.Publisher
-	log logr.Logger
-	now func() time.Time
-
-	hostCache bool          // AddToCacheOptions was called
-	cache     cache.Cache   // where slices are read from; set by SetupWithManager
-	apiReader client.Reader // uncached, for diagnosing a host cache that never syncs
-
-	mu sync.Mutex // serializes recomputes
+// Options tune the source. The zero value is the default.
+type Options struct {
+	// RESTConfig reaches the API server. SetupWithManager fills it in from the
+	// manager; the epp binary sets it.
+	RESTConfig *rest.Config
+	// ProbeInterval is how often a synced source checks the API server (jittered by
+	// ±20%); 4 s by default. ProbeTimeout bounds one check; 2.5 s by default. So a
+	// lost API server shows within 7.3 s.
+	ProbeInterval, ProbeTimeout time.Duration
+	// StaleProbeInterval is how often a stale source checks whether the API server is
+	// back (jittered by ±50%); 1 s by default.
+	StaleProbeInterval time.Duration
 }
 
-var (
-	_ discovery.ManagerSource = (*Source)(nil)
-	_ reconcile.Reconciler    = (*Source)(nil)
-)
+func (o *Options) defaults() {
+	if o.ProbeInterval <= 0 {
+		o.ProbeInterval = 4 * time.Second
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = 2500 * time.Millisecond
+	}
+	if o.StaleProbeInterval <= 0 {
+		o.StaleProbeInterval = time.Second
+	}
+}
+
+// Source is the EndpointSlice peer source. It keeps the peer set of one Service's
+// slices incrementally (peerset.State): every slice event updates that slice's
+// peers and publishes only the change. The slices come from a reflector of its own,
+// scoped to the namespace and the service-name label (or, after AddToCacheOptions,
+// from the host's informer), and a health check watches over the connection to the
+// API server: see run.
+type Source struct {
+	cfg  peerset.Config
+	pub  *discovery.Publisher
+	log  logr.Logger
+	opts Options
+	now  func() time.Time
+
+	hostCache bool      // AddToCacheOptions was called
+	setUp     bool      // SetupWithManager was called
+	host      hostSetup // the host informer, with the host's cache
+
+	mu     sync.Mutex // guards the fields below; serializes slice events
+	state  *peerset.State
+	names  map[string]bool // namespace/name of every slice the feed delivered
+	gen    uint64          // the reflector whose events count (see sink)
+	synced bool
+}
+
+var _ discovery.ManagerSource = (*Source)(nil)
 
 // NewSource returns the source for cfg, publishing through pub.
-func NewSource(cfg peerset.Config, pub *discovery.Publisher, log logr.Logger) *Source {
-	return &Source{cfg: cfg, pub: pub, log: log, now: time.Now}
+func NewSource(cfg peerset.Config, pub *discovery.Publisher, log logr.Logger, opts Options) *Source {
+	opts.defaults()
+	return &Source{cfg: cfg, pub: pub, log: log, opts: opts, now: time.Now,
+		state: peerset.NewState(cfg), names: map[string]bool{}}
 }
 
-// Cache is the cache the source reads slices from (nil before SetupWithManager).
-func (s *Source) Cache() cache.Cache { return s.cache }
-
-// SetupWithManager registers the controller with mgr, reading slices from the
-// host's cache after AddToCacheOptions, else from a cache of its own that it adds
-// to mgr. Everything it adds runs on every replica, never behind leader election.
-func (s *Source) SetupWithManager(mgr manager.Manager) error {
-	if s.cache != nil {
-		return errors.New("endpointslice peer discovery: SetupWithManager called twice")
-	}
-	if s.hostCache {
-		if err := s.checkHostCache(mgr); err != nil {
-			return err
-		}
-		s.cache = mgr.GetCache()
-	} else {
-		c, err := newOwnCache(mgr, s.cfg.Namespace, s.cfg.Service, s.WatchErrorHandler)
-		if err != nil {
-			return err
-		}
-		if err := mgr.Add(ownCache{c}); err != nil {
-			return fmt.Errorf("adding the endpointslice cache to the manager: %w", err)
-		}
-		s.cache = c
-	}
-	s.apiReader = mgr.GetAPIReader()
-
-	key := reconcile.Request{NamespacedName: types.NamespacedName{Namespace: s.cfg.Namespace, Name: s.cfg.Service}}
-	toKey := handler.TypedEnqueueRequestsFromMapFunc(func(context.Context, *discoveryv1.EndpointSlice) []reconcile.Request {
-		return []reconcile.Request{key}
-	})
-	ofService := predicate.NewTypedPredicateFuncs(func(sl *discoveryv1.EndpointSlice) bool {
-		return sl.Namespace == s.cfg.Namespace && sl.Labels[discoveryv1.LabelServiceName] == s.cfg.Service
-	})
-	atStart := source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
-		q.Add(key)
-		return nil
-	})
-	err := builder.ControllerManagedBy(mgr).
-		Named("epp-peer-discovery").
-		WatchesRawSource(source.Kind(s.cache, &discoveryv1.EndpointSlice{}, toKey, ofService)).
-		WatchesRawSource(atStart).
-		WithOptions(controller.Options{
-			MaxConcurrentReconciles: 1,
-			NeedLeaderElection:      ptr.To(false),
-			// Missing RBAC must not stop the process: it waits, not ready, until the
-			// permission appears.
-			CacheSyncTimeout:   time.Duration(math.MaxInt64),
-			SkipNameValidation: ptr.To(true),
-		}).
-		Complete(s)
-	if err != nil {
-		return fmt.Errorf("setting up the endpointslice controller: %w", err)
-	}
-	return nil
-}
-
-// checkHostCache refuses to join a host's cache that cannot serve the slices: a
-// scheme without EndpointSlices, or a ServiceAccount that may not list them. With a
-// missing Role the slice informer would never sync, and controller-runtime holds
-// every controller of that cache until its informers synced, stopping the manager
-// when their CacheSyncTimeout passes: better fail now, naming the permission.
-func (s *Source) checkHostCache(mgr manager.Manager) error {
-	if !mgr.GetScheme().Recognizes(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice")) {
-		return errors.New("endpointslice peer discovery: the manager's scheme lacks discovery.k8s.io/v1 EndpointSlice: add k8s.io/client-go/kubernetes/scheme (or discoveryv1.AddToScheme) to it")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var list discoveryv1.EndpointSliceList
-	err := mgr.GetAPIReader().List(ctx, &list, client.InNamespace(s.cfg.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: s.cfg.Service}, client.Limit(1))
-	if apierrors.IsForbidden(err) {
-		return fmt.Errorf("endpointslice peer discovery on the host's cache: %w", s.forbidden(err))
-	}
-	return nil // other errors (the API server not up yet) are the informer's to retry
-}
-
-// Run watches over the source until ctx ends: with the host's cache, whose watch
-// errors the source does not see, it diagnoses a sync that does not come (one
-// uncached list every DiagnoseInterval until synced) so that a missing Role is
-// reported all the same.
-func (s *Source) Run(ctx context.Context) error {
-	if s.cache == nil {
-		return errors.New("endpointslice peer discovery: SetupWithManager must be called before the source runs")
-	}
-	if s.hostCache {
-		s.diagnoseUntilSynced(ctx)
-	}
-	<-ctx.Done()
-	return nil
-}
-
-// DiagnoseInterval is how often a source on the host's cache checks, while not
-// synced, whether it may list the slices.
-const DiagnoseInterval = 10 * time.Second
-
-func (s *Source) diagnoseUntilSynced(ctx context.Context) {
-	t := time.NewTicker(DiagnoseInterval)
-	defer t.Stop()
-	for !s.pub.Synced() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-s.pub.Ready():
-			return
-		case <-t.C:
-		}
-		var list discoveryv1.EndpointSliceList
-		err := s.apiReader.List(ctx, &list, client.InNamespace(s.cfg.Namespace),
-			client.MatchingLabels{discoveryv1.LabelServiceName: s.cfg.Service}, client.Limit(1))
-		if err != nil && ctx.Err() == nil {
-			s.WatchErrorHandler(ctx, nil, err)
-		}
-	}
-}
-
-// Reconcile implements reconcile.Reconciler. The request is ignored: the whole set is
-// recomputed from the cache, so events arriving out of order never drop a peer. The
-// first Reconcile publishes the first set and so marks the source synced: the
-// controller starts its worker only after the informer's initial list completed and
-// every event of it reached the controller, and a start-up source guarantees that
-// first Reconcile even when the Service has no slice yet.
-func (s *Source) Reconcile(ctx context.Context, _ reconcile.Request) (reconcile.Result, error) {
+// Slices returns namespace/name of every slice the source holds: everything its
+// feed delivered, which its scoping (namespace and label) makes only the Service's.
+func (s *Source) Slices() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	start := s.now()
-	var list discoveryv1.EndpointSliceList
-	if err := s.cache.List(ctx, &list, client.InNamespace(s.cfg.Namespace),
-		client.MatchingLabels{discoveryv1.LabelServiceName: s.cfg.Service}, client.UnsafeDisableDeepCopy); err != nil {
-		metrics.Errors.WithLabelValues(metrics.ReasonList).Inc()
-		return reconcile.Result{}, fmt.Errorf("listing cached endpointslices of service %s/%s: %w", s.cfg.Namespace, s.cfg.Service, err)
+	out := make([]string, 0, len(s.names))
+	for n := range s.names {
+		out = append(out, n)
 	}
-	set := peerset.Compute(s.cfg, list.Items)
-	s.log.V(1).Info("recomputed peer set", "slices", len(list.Items), "peers", len(set))
-	s.pub.Publish(set)
-	metrics.Recompute.Observe(s.now().Sub(start).Seconds())
-	metrics.EndpointSlices.Set(float64(len(list.Items)))
-	return reconcile.Result{}, nil
+	return out
 }
 
-// WatchErrorHandler records list/watch failures of the informer. A forbidden error
-// names the missing permission.
-func (s *Source) WatchErrorHandler(_ context.Context, _ *toolscache.Reflector, err error) {
+// SetupWithManager joins a host's manager: the source runs as one of its runnables,
+// on every replica, leader or not, apart from the manager's cache-sync wait (so a
+// missing Role never holds up the host). After AddToCacheOptions it reads the
+// slices from the host's cache instead of a reflector of its own.
+func (s *Source) SetupWithManager(mgr manager.Manager) error {
+	if s.setUp {
+		return errors.New("endpointslice peer discovery: SetupWithManager called twice")
+	}
+	s.setUp = true
+	if s.opts.RESTConfig == nil {
+		s.opts.RESTConfig = mgr.GetConfig()
+	}
+	if s.hostCache {
+		if err := s.setupHostCache(mgr); err != nil {
+			return err
+		}
+	}
+	return mgr.Add(runnable{s})
+}
+
+// runnable runs the source in a manager on every replica.
+type runnable struct{ s *Source }
+
+func (r runnable) Start(ctx context.Context) error { return r.s.run(ctx) }
+func (runnable) NeedLeaderElection() bool          { return false }
+
+// Run runs the source until ctx ends. Under a manager (SetupWithManager) the manager
+// runs it, and Run only waits.
+func (s *Source) Run(ctx context.Context) error {
+	if s.setUp {
+		<-ctx.Done()
+		return nil
+	}
+	if s.opts.RESTConfig == nil {
+		return errors.New("endpointslice peer discovery: no REST config (Options.RESTConfig, or SetupWithManager)")
+	}
+	return s.run(ctx)
+}
+
+func (s *Source) run(ctx context.Context) error {
+	if s.hostCache {
+		return s.runOnHostCache(ctx)
+	}
+	return s.runOwn(ctx)
+}
+
+// applyLocked applies one slice event (or a re-list) to the state and publishes its
+// change once the source has synced. Callers hold s.mu.
+func (s *Source) applyLocked(update func() peers.Change, trigger time.Time) {
+	start := s.now()
+	change := update()
+	if !s.synced {
+		return
+	}
+	s.pub.PublishChange(change, s.state.Len())
+	now := s.now()
+	metrics.Recompute.Observe(now.Sub(start).Seconds())
+	metrics.EndpointSlices.Set(float64(len(s.names)))
+	if !trigger.IsZero() && !change.Empty() {
+		metrics.PropagationDelay.Observe(now.Sub(trigger).Seconds())
+	}
+}
+
+// markSyncedLocked publishes the whole set as the first one.
+func (s *Source) markSyncedLocked() {
+	if s.synced {
+		return
+	}
+	s.synced = true
+	all := s.state.Peers()
+	s.pub.PublishChange(peers.Change{Upserts: all}, len(all))
+	metrics.EndpointSlices.Set(float64(len(s.names)))
+}
+
+// triggerTime is the slice's endpoints.kubernetes.io/last-change-trigger-time: when
+// the change that made the EndpointSlice controller update it happened.
+func triggerTime(sl *discoveryv1.EndpointSlice) time.Time {
+	v, ok := sl.Annotations[corev1.EndpointsLastChangeTriggerTime]
+	if !ok {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// upsertLocked, deleteLocked and replaceLocked apply the events of either feed (the
+// own reflector, the host's informer).
+func (s *Source) upsertLocked(sl *discoveryv1.EndpointSlice) {
+	s.names[sl.Namespace+"/"+sl.Name] = true
+	s.applyLocked(func() peers.Change { return s.state.Upsert(sl) }, triggerTime(sl))
+}
+
+func (s *Source) deleteLocked(sl *discoveryv1.EndpointSlice) {
+	delete(s.names, sl.Namespace+"/"+sl.Name)
+	s.applyLocked(func() peers.Change { return s.state.Delete(sl.Name) }, time.Time{})
+}
+
+func (s *Source) replaceLocked(all []discoveryv1.EndpointSlice) {
+	s.names = make(map[string]bool, len(all))
+	for i := range all {
+		s.names[all[i].Namespace+"/"+all[i].Name] = true
+	}
+	s.applyLocked(func() peers.Change { return s.state.Replace(all) }, time.Time{})
+}
+
+// reportError records a failed list or watch of the slices. A forbidden error names
+// the missing permission; ends of a watch the reflector handles itself are not
+// errors.
+func (s *Source) reportError(err error) {
 	switch {
-	case errors.Is(err, io.EOF), apierrors.IsResourceExpired(err), apierrors.IsGone(err):
-		return // normal watch ends; the reflector re-lists or re-watches
+	case err == nil || errors.Is(err, context.Canceled):
+	case apierrors.IsResourceExpired(err), apierrors.IsGone(err), isEOF(err):
 	case apierrors.IsForbidden(err):
 		s.pub.Fail(metrics.ReasonForbidden, s.forbidden(err))
 	default:
@@ -212,4 +216,16 @@ func (s *Source) WatchErrorHandler(_ context.Context, _ *toolscache.Reflector, e
 
 func (s *Source) forbidden(err error) error {
 	return fmt.Errorf("missing RBAC: need get, list and watch on discovery.k8s.io endpointslices in namespace %q (a Role bound to this pod's ServiceAccount): %w", s.cfg.Namespace, err)
+}
+
+// sliceOf unwraps what a reflector or an informer hands over.
+func sliceOf(obj any) (*discoveryv1.EndpointSlice, bool) {
+	switch o := obj.(type) {
+	case *discoveryv1.EndpointSlice:
+		return o, true
+	case toolscache.DeletedFinalStateUnknown:
+		sl, ok := o.Obj.(*discoveryv1.EndpointSlice)
+		return sl, ok
+	}
+	return nil, false
 }

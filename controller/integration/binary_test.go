@@ -9,49 +9,25 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
-)
-
-var (
-	buildOnce sync.Once
-	eppBin    string
-	buildErr  error
 )
 
 // buildEpp builds the epp binary the way `make build` does, once per test run.
 func buildEpp(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		root, err := testenv.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		dir, err := os.MkdirTemp("", "epp-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		eppBin = filepath.Join(dir, "epp")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", eppBin, "./controller/cmd/epp")
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./controller/cmd/epp: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	bin, err := testenv.BuildEpp()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return eppBin
+	return bin
 }
 
 func freeAddr(*testing.T) string { return testenv.FreeAddr() }
@@ -106,7 +82,7 @@ func TestBinaryRejectsInvalidFlags(t *testing.T) {
 
 // startBinary runs bin with args until the test ends, then stops it with SIGTERM and
 // checks that it exited cleanly.
-func startBinary(t *testing.T, bin string, args, env []string) {
+func startBinary(t *testing.T, bin string, args, env []string) *syncBuffer {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
@@ -132,6 +108,7 @@ func startBinary(t *testing.T, bin string, args, env []string) {
 			t.Logf("epp output:\n%s", out.String())
 		}
 	})
+	return out
 }
 
 func TestBinaryServesPeers(t *testing.T) {
@@ -251,7 +228,7 @@ func TestBinaryFileSource(t *testing.T) {
 
 	writeFile("peers:\n- {name: epp-a, address: 192.0.2.1}\n- {name: epp-b, address: 192.0.2.2}\n")
 	first, firstProbe := freeAddr(t), freeAddr(t)
-	startBinary(t, bin, []string{"--enable-peer-discovery", "--epp-peer-file=" + peersPath, "--epp-peer-snapshot-file=" + snapPath,
+	firstOut := startBinary(t, bin, []string{"--enable-peer-discovery", "--epp-peer-file=" + peersPath, "--epp-peer-snapshot-file=" + snapPath,
 		"--metrics-bind-address=" + first, "--health-probe-bind-address=" + firstProbe},
 		minimalEnv(t, "POD_NAME=epp-a", "NAMESPACE=edge"))
 	expect(first, "start", "edge/epp-b@192.0.2.2:9005")
@@ -267,6 +244,10 @@ func TestBinaryFileSource(t *testing.T) {
 	expect(first, "bad edit keeps the last good set", "edge/epp-b@192.0.2.2:9005,edge/epp-c@2001:db8::3:7000")
 	if _, m := get(t, first, "/metrics"); !strings.Contains(m, `epp_peer_discovery_errors_total{reason="parse"} 1`) {
 		t.Errorf("/metrics does not count the bad edit once")
+	}
+	// The rejection is logged on one line, without a stack trace (those are for panics).
+	if o := firstOut.String(); !strings.Contains(o, "peers file") || strings.Contains(o, "stacktrace") {
+		t.Errorf("the error log of a bad file must be one line without a stack trace:\n%s", o)
 	}
 
 	// A second replica (epp-b) uses the first one's snapshot as its peers file.
@@ -296,4 +277,71 @@ func startServing(t *testing.T, bin, ns string, args []string, extraEnv ...strin
 		return ""
 	})
 	return metricsAddr
+}
+
+// TestBinaryStopsOnSIGTERM: on SIGTERM epp logs one line and exits within 5 s with
+// code 0, leaving a complete snapshot file (and no temporary file) behind.
+func TestBinaryStopsOnSIGTERM(t *testing.T) {
+	bin := buildEpp(t)
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "sigterm", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := slicegen.Slice("epp-a", slicegen.Namespace(ns), slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2"))
+	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(t.TempDir(), "peers.json")
+	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(bin, "--enable-peer-discovery", "--epp-peer-service=epp", "--kubeconfig="+env.Kubeconfig,
+		"--epp-peer-snapshot-file="+snap, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr)
+	cmd.Env = minimalEnv(t, "NAMESPACE="+ns, "POD_NAME=epp-0", "POD_IP=10.0.0.1")
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() { _ = cmd.Process.Kill() }()
+	eventually(t, 20*time.Second, func() string {
+		if b, err := os.ReadFile(snap); err != nil || !strings.Contains(string(b), ns+"/epp-1") {
+			return "no snapshot with epp-1 yet"
+		}
+		return ""
+	})
+	before := len(strings.Split(strings.TrimSpace(out.String()), "\n"))
+	sent := time.Now()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		took := time.Since(sent)
+		if err != nil {
+			t.Fatalf("epp exited with %v after SIGTERM:\n%s", err, out.String())
+		}
+		if took > 5*time.Second {
+			t.Fatalf("epp took %s to stop after SIGTERM, want within 5 s", took)
+		}
+		t.Logf("stopped %s after SIGTERM", took.Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Fatalf("epp still running 10 s after SIGTERM:\n%s", out.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")[before:]
+	if len(lines) != 1 || !strings.Contains(lines[0], "stopping") || !strings.Contains(lines[0], "terminated") {
+		t.Fatalf("after SIGTERM epp logged %d lines, want one saying it stops on SIGTERM: %q", len(lines), lines)
+	}
+	data, err := os.ReadFile(snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := peerfile.Parse(data, peerfile.Defaults{Namespace: ns, Port: 1})
+	if err != nil || len(got) != 1 || got[0].Name != "epp-1" {
+		t.Fatalf("the snapshot left behind is not the last view: %v, %v\n%s", got, err, data)
+	}
+	if left, _ := filepath.Glob(filepath.Join(filepath.Dir(snap), ".peers.json.tmp-*")); len(left) > 0 {
+		t.Fatalf("temporary files left behind: %v", left)
+	}
 }

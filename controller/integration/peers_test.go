@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 )
 
@@ -193,4 +195,52 @@ func TestChangeRightAfterReadyIsNotLost(t *testing.T) {
 			return ""
 		})
 	}
+}
+
+// TestPropagationDelay: a slice change carrying the EndpointSlice controller's
+// endpoints.kubernetes.io/last-change-trigger-time is observed in
+// epp_peer_discovery_propagation_delay_seconds, from that time to its publication.
+func TestPropagationDelay(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "delay", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := startApp(t, env.Config, []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, selfEnv(ns))
+	eventually(t, 20*time.Second, func() string {
+		if err := a.Ready(); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	before := histogramCount(t)
+	s := slicegen.Slice("epp-a", slicegen.Namespace(ns), slicegen.Pod("epp-1", "10.0.0.2"))
+	s.Annotations = map[string]string{"endpoints.kubernetes.io/last-change-trigger-time": time.Now().Add(-300 * time.Millisecond).UTC().Format(time.RFC3339Nano)}
+	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if n := len(a.Store.Peers()); n != 1 {
+			return fmt.Sprintf("%d peers", n)
+		}
+		return ""
+	})
+	count, sum := histogramCountSum(t)
+	if count != before+1 || sum < 0.3 {
+		t.Fatalf("propagation delay histogram: count %d (was %d), sum %.3fs: want one more observation of at least 0.3 s", count, before, sum)
+	}
+}
+
+func histogramCount(t *testing.T) uint64 {
+	c, _ := histogramCountSum(t)
+	return c
+}
+
+func histogramCountSum(t *testing.T) (uint64, float64) {
+	t.Helper()
+	var m dto.Metric
+	if err := metrics.PropagationDelay.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
 }

@@ -9,8 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -28,11 +26,7 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
-	testenv.Main(m, "integration tests", func(e *testenv.Env) { env = e }, func() {
-		if eppBin != "" {
-			_ = os.RemoveAll(filepath.Dir(eppBin))
-		}
-	})
+	testenv.Main(m, "integration tests", func(e *testenv.Env) { env = e }, testenv.RemoveBuilt)
 }
 
 // logBuffer collects log lines for assertions; safe for concurrent use.

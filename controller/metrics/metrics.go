@@ -19,6 +19,7 @@ const (
 	ReasonParse     = "parse"     // a peers file failed to parse or validate
 	ReasonRead      = "read"      // a peers file could not be read
 	ReasonSnapshot  = "snapshot"  // the snapshot file could not be written
+	ReasonStale     = "stale"     // the source became stale (see Stale)
 )
 
 var (
@@ -57,16 +58,34 @@ var (
 		Name: "epp_peer_discovery_endpointslices",
 		Help: "EndpointSlices in the process's cache at the last recompute (only the peer Service's slices are cached).",
 	})
-	// Recompute times one recomputation of the peer set.
+	// Recompute times one update of the peer set from the source (one slice event,
+	// a re-list, a file read).
 	Recompute = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "epp_peer_discovery_recompute_duration_seconds",
-		Help:    "Time to recompute the peer set from the source.",
+		Help:    "Time to update the peer set from one source event (a slice event, a re-list, a file read).",
 		Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10),
+	})
+	// Stale is 1 while the peer view may be out of date (see the README's definition).
+	Stale = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "epp_peer_discovery_stale",
+		Help: "1 while the peer view may be out of date: its source cannot be read (the API server is unreachable or refuses the watch, or the peers file cannot be read); the last good set is kept.",
+	})
+	// StaleTransitions counts how often the view became stale, by cause.
+	StaleTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_discovery_stale_total",
+		Help: "Times the peer view became stale, by cause (refused, reset, timeout, tls, server-error, forbidden, unauthorized, read, parse, other).",
+	}, []string{"reason"})
+	// PropagationDelay is the time from an EndpointSlice change (its
+	// endpoints.kubernetes.io/last-change-trigger-time) to its publication.
+	PropagationDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "epp_peer_discovery_propagation_delay_seconds",
+		Help:    "Time from the change that triggered an EndpointSlice update (its endpoints.kubernetes.io/last-change-trigger-time annotation, set by the EndpointSlice controller) to the moment the resulting peer change was published.",
+		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(Peers, Upserts, Deletes, Errors, Synced, LastChange, EndpointSlices, Recompute)
+	ctrlmetrics.Registry.MustRegister(Peers, Upserts, Deletes, Errors, Synced, LastChange, EndpointSlices, Recompute, Stale, StaleTransitions, PropagationDelay)
 	for _, r := range []string{ReasonForbidden, ReasonWatch, ReasonList, ReasonParse, ReasonRead, ReasonSnapshot} {
 		Errors.WithLabelValues(r)
 	}

@@ -33,6 +33,11 @@ type file struct {
 	Synced    *bool    `json:"synced,omitempty"`
 	Self      any      `json:"self,omitempty"`
 	UpdatedAt string   `json:"updatedAt,omitempty"`
+	// The staleness of the replica that wrote the document (its peers stay valid).
+	Stale       *bool  `json:"stale,omitempty"`
+	StaleSince  string `json:"staleSince,omitempty"`
+	StaleReason string `json:"staleReason,omitempty"`
+	LastError   string `json:"lastError,omitempty"`
 }
 
 type entry struct {

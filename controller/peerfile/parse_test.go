@@ -34,6 +34,10 @@ func TestParse(t *testing.T) {
 			"updatedAt": "2026-11-29T10:00:00Z"}`,
 			[]peers.PeerMetadata{rp("ns", "epp-1", "10.0.0.2", 9005)}},
 		{"the disabled document", `{"enabled": false, "peers": []}`, []peers.PeerMetadata{}},
+		{"the document of a stale replica", `{"enabled": true, "source": "endpointslice", "synced": true, "stale": true,
+			"staleSince": "2026-11-29T10:00:00Z", "staleReason": "refused", "lastError": "dial tcp: connection refused",
+			"peers": [{"id": "ns/epp-1", "name": "epp-1", "namespace": "ns", "address": "10.0.0.2", "port": 9005}]}`,
+			[]peers.PeerMetadata{rp("ns", "epp-1", "10.0.0.2", 9005)}},
 		{"conditions as /debug/peers gives them", `{"peers": [
 			{"name": "a", "address": "10.0.0.1", "ready": false},
 			{"name": "b", "address": "10.0.0.2", "ready": false, "serving": true, "terminating": true}]}`,

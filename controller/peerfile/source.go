@@ -131,18 +131,18 @@ func (s *Source) reload() {
 	s.seen, s.seenOnce = seen, true
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !s.pub.Synced():
-		s.pub.Fail(metrics.ReasonRead, fmt.Errorf("peers file %s does not exist yet; not ready until it appears", path))
+		s.fail(metrics.ReasonRead, fmt.Errorf("peers file %s does not exist yet; not ready until it appears", path))
 		return
 	case errors.Is(err, fs.ErrNotExist):
-		s.pub.Fail(metrics.ReasonRead, fmt.Errorf("peers file %s was removed; keeping the last good set of %d peers", path, s.pub.Len()))
+		s.fail(metrics.ReasonRead, fmt.Errorf("peers file %s was removed; keeping the last good set of %d peers", path, s.pub.Len()))
 		return
 	case err != nil:
-		s.pub.Fail(metrics.ReasonRead, fmt.Errorf("reading peers file %s: %w; keeping the last good set of %d peers", path, err, s.pub.Len()))
+		s.fail(metrics.ReasonRead, fmt.Errorf("reading peers file %s: %w; keeping the last good set of %d peers", path, err, s.pub.Len()))
 		return
 	}
 	set, err := Parse(data, s.cfg.Defaults)
 	if err != nil {
-		s.pub.Fail(metrics.ReasonParse, fmt.Errorf("peers file %s rejected, keeping the last good set of %d peers: %w", path, s.pub.Len(), err))
+		s.fail(metrics.ReasonParse, fmt.Errorf("peers file %s rejected, keeping the last good set of %d peers: %w", path, s.pub.Len(), err))
 		return
 	}
 	kept := set[:0]
@@ -152,6 +152,17 @@ func (s *Source) reload() {
 		}
 	}
 	s.pub.Publish(kept)
+	s.pub.ClearStale()
+}
+
+// fail records a file that could not be used: counted, logged, shown by /readyz
+// before the first good read; after it, the view (the last good set) is stale until
+// the next good read.
+func (s *Source) fail(reason string, err error) {
+	s.pub.Fail(reason, err)
+	if s.pub.Synced() {
+		s.pub.SetStale(reason, err)
+	}
 }
 
 // readLimited reads at most MaxSize+1 bytes, so that an oversized file is detected

@@ -19,6 +19,15 @@ type Document struct {
 	Self      *SelfDocument `json:"self,omitempty"`
 	Peers     []PeerEntry   `json:"peers"`
 	UpdatedAt *time.Time    `json:"updatedAt,omitempty"`
+	// Stale is true while the view may be out of date: the source cannot be read and
+	// the last good set is kept (see the README's definition). StaleSince is when it
+	// became stale, StaleReason the cause (refused, reset, timeout, tls,
+	// server-error, forbidden, unauthorized, read, parse, other).
+	Stale       *bool      `json:"stale,omitempty"`
+	StaleSince  *time.Time `json:"staleSince,omitempty"`
+	StaleReason string     `json:"staleReason,omitempty"`
+	// LastError is the source's last error, while it matters: stale, or not synced.
+	LastError string `json:"lastError,omitempty"`
 }
 
 // SelfDocument describes the replica that serves the document.

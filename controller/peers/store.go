@@ -2,6 +2,7 @@ package peers
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
@@ -10,7 +11,8 @@ import (
 type Snapshot struct {
 	// Version increases by one with every change; the empty initial set is version 0.
 	Version uint64
-	// Peers ordered by ID; never nil.
+	// Peers ordered by ID; never nil. Shared by every snapshot of this version: do not
+	// modify it (Peers() returns a copy of your own).
 	Peers []PeerMetadata
 	// UpdatedAt is when the last change was applied (zero before the first).
 	UpdatedAt time.Time
@@ -23,11 +25,14 @@ type Snapshot struct {
 type MemoryPeerStore struct {
 	now func() time.Time
 
-	mu      sync.Mutex
-	peers   map[string]PeerMetadata
-	version uint64
-	updated time.Time
-	changed chan struct{} // closed and replaced on every change
+	mu        sync.Mutex
+	peers     map[string]PeerMetadata
+	version   uint64
+	updated   time.Time
+	changed   chan struct{}  // closed and replaced on every change
+	sorted    []PeerMetadata // the peers of version sortedAt, ordered; built on demand
+	sortedAt  uint64
+	hasSorted bool
 }
 
 var (
@@ -93,7 +98,7 @@ func (s *MemoryPeerStore) ApplyPeerChange(c Change) {
 }
 
 // Peers implements PeerStore.
-func (s *MemoryPeerStore) Peers() []PeerMetadata { return s.Snapshot().Peers }
+func (s *MemoryPeerStore) Peers() []PeerMetadata { return slices.Clone(s.Snapshot().Peers) }
 
 // Peer implements PeerStore.
 func (s *MemoryPeerStore) Peer(id string) (PeerMetadata, bool) {
@@ -110,13 +115,18 @@ func (s *MemoryPeerStore) Snapshot() Snapshot {
 	return s.snapshotLocked()
 }
 
+// snapshotLocked orders the peers once per version: reading is free until the next
+// change.
 func (s *MemoryPeerStore) snapshotLocked() Snapshot {
-	ps := make([]PeerMetadata, 0, len(s.peers))
-	for _, p := range s.peers {
-		ps = append(ps, p)
+	if !s.hasSorted || s.sortedAt != s.version {
+		ps := make([]PeerMetadata, 0, len(s.peers))
+		for _, p := range s.peers {
+			ps = append(ps, p)
+		}
+		SortByID(ps)
+		s.sorted, s.sortedAt, s.hasSorted = ps, s.version, true
 	}
-	SortByID(ps)
-	return Snapshot{Version: s.version, Peers: ps, UpdatedAt: s.updated}
+	return Snapshot{Version: s.version, Peers: s.sorted, UpdatedAt: s.updated}
 }
 
 // Follow sends n the current set, then every later change, until ctx ends. Every

@@ -27,6 +27,9 @@ func (t *Tracker) Publish(cur []PeerMetadata) Change {
 	return c
 }
 
+// Notifier is the notifier the tracker sends to.
+func (t *Tracker) Notifier() PeerNotifier { return t.notifier }
+
 // Len is the size of the published set.
 func (t *Tracker) Len() int {
 	t.mu.Lock()

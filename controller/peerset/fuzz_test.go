@@ -47,45 +47,50 @@ func slicesFromBytes(data []byte) []discoveryv1.EndpointSlice {
 	n := r.pick(6)
 	out := make([]discoveryv1.EndpointSlice, 0, n)
 	for i := 0; i < n; i++ {
-		s := discoveryv1.EndpointSlice{
-			ObjectMeta: metav1.ObjectMeta{
-				Name:      fmt.Sprintf("epp-%c", 'a'+r.pick(4)),
-				Namespace: fuzzNS[r.pick(len(fuzzNS))],
-				Labels:    map[string]string{discoveryv1.LabelServiceName: fuzzSvc[r.pick(len(fuzzSvc))]},
-			},
-			AddressType: fuzzTypes[r.pick(len(fuzzTypes))],
-		}
-		switch r.pick(4) {
-		case 0: // ports: null
-		case 1:
-			s.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("peer-sync"), Port: ptr.To(int32(7000 + r.pick(3)))}}
-		case 2:
-			s.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}, {Name: ptr.To("peer-sync")}}
-		case 3:
-			s.Ports = []discoveryv1.EndpointPort{{Port: ptr.To[int32](1)}}
-		}
-		if r.pick(8) == 0 {
-			s.Endpoints = nil
-		}
-		for e := r.pick(5); e > 0; e-- {
-			ep := discoveryv1.Endpoint{
-				Conditions: discoveryv1.EndpointConditions{
-					Ready:       fuzzBools[r.pick(3)],
-					Serving:     fuzzBools[r.pick(3)],
-					Terminating: fuzzBools[r.pick(3)],
-				},
-			}
-			for a := r.pick(3); a > 0; a-- {
-				ep.Addresses = append(ep.Addresses, fuzzAddrs[r.pick(len(fuzzAddrs))])
-			}
-			if p := fuzzPods[r.pick(len(fuzzPods))]; p != "" {
-				ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: p, Namespace: fuzzNS[r.pick(len(fuzzNS))]}
-			}
-			s.Endpoints = append(s.Endpoints, ep)
-		}
-		out = append(out, s)
+		out = append(out, genSlice(r))
 	}
 	return out
+}
+
+// genSlice reads one slice from r.
+func genSlice(r *byteReader) discoveryv1.EndpointSlice {
+	s := discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      fmt.Sprintf("epp-%c", 'a'+r.pick(4)),
+			Namespace: fuzzNS[r.pick(len(fuzzNS))],
+			Labels:    map[string]string{discoveryv1.LabelServiceName: fuzzSvc[r.pick(len(fuzzSvc))]},
+		},
+		AddressType: fuzzTypes[r.pick(len(fuzzTypes))],
+	}
+	switch r.pick(4) {
+	case 0: // ports: null
+	case 1:
+		s.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("peer-sync"), Port: ptr.To(int32(7000 + r.pick(3)))}}
+	case 2:
+		s.Ports = []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080)}, {Name: ptr.To("peer-sync")}}
+	case 3:
+		s.Ports = []discoveryv1.EndpointPort{{Port: ptr.To[int32](1)}}
+	}
+	if r.pick(8) == 0 {
+		s.Endpoints = nil
+	}
+	for e := r.pick(5); e > 0; e-- {
+		ep := discoveryv1.Endpoint{
+			Conditions: discoveryv1.EndpointConditions{
+				Ready:       fuzzBools[r.pick(3)],
+				Serving:     fuzzBools[r.pick(3)],
+				Terminating: fuzzBools[r.pick(3)],
+			},
+		}
+		for a := r.pick(3); a > 0; a-- {
+			ep.Addresses = append(ep.Addresses, fuzzAddrs[r.pick(len(fuzzAddrs))])
+		}
+		if p := fuzzPods[r.pick(len(fuzzPods))]; p != "" {
+			ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: p, Namespace: fuzzNS[r.pick(len(fuzzNS))]}
+		}
+		s.Endpoints = append(s.Endpoints, ep)
+	}
+	return s
 }
 
 func FuzzCompute(f *testing.F) {

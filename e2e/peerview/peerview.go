@@ -7,10 +7,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"net"
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -195,4 +198,84 @@ func Table(s State, views map[string]View) string {
 		fmt.Fprintf(&b, "  %-24s %-13s %s\n", p.Name, p.Status.PodIP, cell)
 	}
 	return b.String()
+}
+
+// FetchMetrics reads /metrics from addr (a loopback address, as Fetch).
+func FetchMetrics(ctx context.Context, addr string) (string, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); (ip == nil && host != "localhost") || (ip != nil && !ip.IsLoopback()) {
+		return "", fmt.Errorf("refusing to read %s: metrics are read through 127.0.0.1 only", addr)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	return string(b), err
+}
+
+// Histogram is a Prometheus histogram's cumulative bucket counts, by upper bound.
+type Histogram map[float64]float64
+
+// AddHistogram adds the buckets of the histogram name found in a /metrics text.
+func (h Histogram) AddHistogram(text, name string) {
+	prefix := name + `_bucket{le="`
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		le, count, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		bound, err1 := strconv.ParseFloat(le, 64)
+		if le == "+Inf" {
+			bound, err1 = math.Inf(1), nil
+		}
+		n, err2 := strconv.ParseFloat(strings.TrimSpace(count), 64)
+		if err1 == nil && err2 == nil {
+			h[bound] += n
+		}
+	}
+}
+
+// Count is the number of observations.
+func (h Histogram) Count() float64 { return h[math.Inf(1)] }
+
+// Quantile estimates the q-quantile as Prometheus' histogram_quantile does: linear
+// within the bucket that holds it.
+func (h Histogram) Quantile(q float64) float64 {
+	bounds := make([]float64, 0, len(h))
+	for b := range h {
+		bounds = append(bounds, b)
+	}
+	sort.Float64s(bounds)
+	total := h.Count()
+	if total == 0 {
+		return math.NaN()
+	}
+	rank := q * total
+	prevBound, prevCount := 0.0, 0.0
+	for _, b := range bounds {
+		if c := h[b]; c >= rank {
+			if math.IsInf(b, 1) {
+				return prevBound
+			}
+			if c == prevCount {
+				return b
+			}
+			return prevBound + (b-prevBound)*(rank-prevCount)/(c-prevCount)
+		}
+		prevBound, prevCount = b, h[b]
+	}
+	return prevBound
 }

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -34,12 +36,23 @@ func main() {
 	ctrl.SetLogger(log)
 	klog.SetLogger(log)
 
-	ctx := ctrl.SetupSignalHandler()
 	a, err := app.New(opts, nil, log)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "epp: %v\n", err)
 		os.Exit(1)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		sig := <-signals
+		// One line: the servers close, the source stops, the snapshot file (if any)
+		// is written once more; a second signal exits at once.
+		log.Info("stopping", "signal", sig.String(), "within", app.ShutdownTimeout.String())
+		cancel()
+		<-signals
+		os.Exit(1)
+	}()
 	if err := a.Run(ctx); err != nil {
 		log.Error(err, "epp stopped")
 		os.Exit(1)

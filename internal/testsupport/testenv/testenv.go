@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -236,4 +238,42 @@ func FreeAddr() string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+var (
+	buildOnce sync.Once
+	builtEpp  string
+	buildErr  error
+)
+
+// BuildEpp builds the epp binary the way `make build` does, once per test binary,
+// into a temporary folder that RemoveBuilt deletes.
+func BuildEpp() (string, error) {
+	buildOnce.Do(func() {
+		root, err := RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "epp-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtEpp = filepath.Join(dir, "epp")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", builtEpp, "./controller/cmd/epp")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./controller/cmd/epp: %w\n%s", err, out)
+		}
+	})
+	return builtEpp, buildErr
+}
+
+// RemoveBuilt deletes what BuildEpp built.
+func RemoveBuilt() {
+	if builtEpp != "" {
+		_ = os.RemoveAll(filepath.Dir(builtEpp))
+	}
 }

@@ -1,0 +1,235 @@
+package faults_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/faultproxy"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+)
+
+const herdReplicas = 50
+
+// TestNoThunderingHerd runs 50 epp processes against one API server behind the
+// proxy, then stops the server (the proxy accepts each connection and resets it,
+// counting them) for 20 s: the replicas' attempts stay a steady trickle, at most
+// about one per replica per second, never a burst. Then the server is back: every
+// replica is fresh within 5 s.
+func TestNoThunderingHerd(t *testing.T) {
+	bin, err := testenv.BuildEpp()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	ns, err := testenvOf().CreateNamespace(ctx, "herd", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{}
+	for i := range herdReplicas {
+		args = append(args, fmt.Sprintf("epp-%d", i), fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))
+	}
+	createSlice(t, ns, "epp-a", args...)
+	u, err := url.Parse(admin.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faultproxy.New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	through := rest.CopyConfig(admin)
+	through.Host = "https://" + proxy.Addr()
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := testenv.WriteKubeconfig(through, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+
+	type proc struct {
+		cmd     *exec.Cmd
+		out     *lockedBuffer
+		metrics string
+		done    chan struct{}
+	}
+	var procs []*proc
+	defer func() {
+		for _, p := range procs {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, p := range procs {
+			select {
+			case <-p.done:
+			case <-time.After(10 * time.Second):
+				_ = p.cmd.Process.Kill()
+			}
+		}
+	}()
+	for i := range herdReplicas {
+		// Each replica binds a port of its choice and logs it: no race for ports with
+		// the machine's other connections.
+		p := &proc{out: &lockedBuffer{}, done: make(chan struct{})}
+		p.cmd = exec.Command(bin, "--enable-peer-discovery", "--epp-peer-service=epp", "--kubeconfig="+kubeconfig,
+			"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0")
+		p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "NAMESPACE=" + ns, fmt.Sprintf("POD_NAME=epp-%d", i)}
+		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = p.cmd.Wait(); close(p.done) }()
+		procs = append(procs, p)
+	}
+	for i, p := range procs {
+		for deadline := time.Now().Add(30 * time.Second); p.metrics == ""; time.Sleep(20 * time.Millisecond) {
+			if m := startedRE.FindStringSubmatch(p.out.String()); m != nil {
+				p.metrics = m[1]
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replica epp-%d did not start within 30 s:\n%s", i, p.out.String())
+			}
+		}
+	}
+	defer func() {
+		if t.Failed() {
+			for i, p := range procs {
+				t.Logf("--- epp-%d:\n%s", i, p.out.String())
+			}
+		}
+	}()
+	client := &http.Client{Timeout: 2 * time.Second}
+	// all polls every replica's /debug/peers (on 127.0.0.1) until cond holds for all.
+	all := func(what string, within time.Duration, cond func(peers.Document) bool) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for deadline := start.Add(within); ; time.Sleep(200 * time.Millisecond) {
+			ok := 0
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			for _, p := range procs {
+				wg.Go(func() {
+					doc, err := fetchDoc(client, p.metrics)
+					if err == nil && cond(doc) {
+						mu.Lock()
+						ok++
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if ok == len(procs) {
+				return time.Since(start)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d of %d replicas after %s", what, ok, len(procs), within)
+			}
+		}
+	}
+	all("synced", 60*time.Second, func(d peers.Document) bool {
+		return d.Synced != nil && *d.Synced && len(d.Peers) == herdReplicas-1
+	})
+
+	// The API server stops: count the connections the replicas open, second by second.
+	if err := proxy.Set(faultproxy.Reset, ""); err != nil {
+		t.Fatal(err)
+	}
+	const seconds = 20
+	perSecond := make([]int64, 0, seconds)
+	last := proxy.Accepted()
+	for range seconds {
+		time.Sleep(time.Second)
+		now := proxy.Accepted()
+		perSecond = append(perSecond, now-last)
+		last = now
+	}
+	all("stale", 10*time.Second, func(d peers.Document) bool {
+		return d.Stale != nil && *d.Stale && len(d.Peers) == herdReplicas-1
+	})
+	var steady, peak int64
+	for i, n := range perSecond {
+		peak = max(peak, n)
+		if i >= 10 {
+			steady += n
+		}
+	}
+	steadyRate := float64(steady) / float64(seconds-10)
+	t.Logf("connections per second against the stopped API server, %d replicas: %v", herdReplicas, perSecond)
+	t.Logf("steady rate (seconds 10-20) %.1f/s = %.2f per replica per second; peak %d in one second", steadyRate, steadyRate/herdReplicas, peak)
+	if steadyRate > 1.2*herdReplicas {
+		t.Errorf("steady rate %.1f connections/s for %d replicas: more than about one per replica per second", steadyRate, herdReplicas)
+	}
+	if peak > 3*herdReplicas {
+		t.Errorf("a burst of %d connections in one second from %d replicas", peak, herdReplicas)
+	}
+
+	// The API server is back.
+	before := proxy.Accepted()
+	if err := proxy.Set(faultproxy.Pass, ""); err != nil {
+		t.Fatal(err)
+	}
+	took := all("fresh", 30*time.Second, func(d peers.Document) bool {
+		return d.Stale != nil && !*d.Stale && len(d.Peers) == herdReplicas-1
+	})
+	t.Logf("all %d replicas fresh %s after the API server came back, with %d new connections", herdReplicas, took.Round(time.Millisecond), proxy.Accepted()-before)
+	if took > recoverWithin+time.Second { // +1 s: the 200 ms polling of 50 replicas
+		t.Errorf("replicas fresh only %s after the API server came back, want within %s", took, recoverWithin)
+	}
+	recordHerd(perSecond, steadyRate, peak, took)
+}
+
+// startedRE finds the metrics address in epp's "epp started" log line.
+var startedRE = regexp.MustCompile(`"msg":"epp started".*"metrics":"(127\.0\.0\.1:\d+)"`)
+
+// lockedBuffer is a bytes.Buffer for a process's stdout and stderr.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func fetchDoc(client *http.Client, addr string) (peers.Document, error) {
+	var doc peers.Document
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		return doc, fmt.Errorf("refusing %s: tests talk to 127.0.0.1 only", addr)
+	}
+	resp, err := client.Get("http://" + addr + "/debug/peers")
+	if err != nil {
+		return doc, err
+	}
+	defer resp.Body.Close()
+	return doc, jsonDecode(resp.Body, &doc)
+}
+
+func recordHerd(perSecond []int64, steady float64, peak int64, took time.Duration) {
+	figures.Lock()
+	defer figures.Unlock()
+	figures.lines = append(figures.lines, fmt.Sprintf("%d replicas, API server stopped 20 s: %v connections/s (steady %.1f/s, peak %d); all fresh %.2fs after it came back",
+		herdReplicas, perSecond, steady, peak, took.Seconds()))
+}
