@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,8 @@ type App struct {
 	probes  net.Listener
 
 	rendered atomic.Pointer[rendering] // the /debug/peers document of one generation
+	renderMu sync.Mutex                // serializes rendering
+	renderer docRenderer               // guarded by renderMu
 }
 
 // New is NewWithSources with DefaultSources.

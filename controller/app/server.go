@@ -1,9 +1,9 @@
 package app
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -15,9 +15,11 @@ func (a *App) metricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /debug/peers", func(w http.ResponseWriter, _ *http.Request) {
+		b := a.documentJSON()
 		w.Header().Set("Content-Type", "application/json")
 		w.Header().Set("Cache-Control", "no-store")
-		_, _ = w.Write(a.documentJSON())
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		_, _ = w.Write(b)
 	})
 	return mux
 }
@@ -53,8 +55,15 @@ func (a *App) Ready() error {
 
 // Document is the current /debug/peers document.
 func (a *App) Document() peers.Document {
+	doc, ps := a.document()
+	doc.Peers = peers.Entries(ps)
+	return doc
+}
+
+// document is the /debug/peers document without its peers, and the peers.
+func (a *App) document() (peers.Document, []peers.PeerMetadata) {
 	if !a.opts.EnablePeerDiscovery {
-		return peers.DisabledDocument()
+		return peers.DisabledDocument(), nil
 	}
 	snap := a.Store.Snapshot()
 	synced := a.pub.Synced()
@@ -64,7 +73,6 @@ func (a *App) Document() peers.Document {
 		Source:  a.opts.PeerSource,
 		Synced:  &synced,
 		Self:    &peers.SelfDocument{Name: a.opts.Self.Name, Namespace: a.opts.PoolNamespace, Addresses: a.opts.Self.Strings()},
-		Peers:   peers.Entries(snap.Peers),
 		Stale:   &stale,
 	}
 	if stale {
@@ -84,7 +92,7 @@ func (a *App) Document() peers.Document {
 		u := updated.UTC()
 		doc.UpdatedAt = &u
 	}
-	return doc
+	return doc, snap.Peers
 }
 
 // rendering is the /debug/peers document of one generation of the publisher.
@@ -94,21 +102,23 @@ type rendering struct {
 }
 
 // documentJSON is the /debug/peers document as served and written to the snapshot
-// file, rendered once per change of the set or the status and then served from
-// that rendering.
+// file, rendered once per change of the set or the status (reusing the entries of
+// unchanged peers) and then served from that rendering.
 func (a *App) documentJSON() []byte {
 	var gen uint64
 	if a.pub != nil {
 		gen, _ = a.pub.Generation()
 	}
-	if r := a.rendered.Load(); r != nil && r.gen == gen && (a.pub != nil || r.json != nil) {
+	if r := a.rendered.Load(); r != nil && r.gen == gen {
 		return r.json
 	}
-	b, err := json.MarshalIndent(a.Document(), "", "  ")
-	if err != nil {
-		panic(fmt.Sprintf("encoding the peers document: %v", err)) // plain structs: cannot fail
+	a.renderMu.Lock()
+	defer a.renderMu.Unlock()
+	if r := a.rendered.Load(); r != nil && r.gen == gen {
+		return r.json // rendered while this call waited
 	}
-	b = append(b, '\n')
+	doc, ps := a.document()
+	b := a.renderer.render(doc, ps)
 	a.rendered.Store(&rendering{gen: gen, json: b})
 	return b
 }

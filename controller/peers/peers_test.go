@@ -3,6 +3,8 @@ package peers_test
 import (
 	"context"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"strconv"
@@ -312,5 +314,52 @@ func TestFollowCoalescesForASlowNotifier(t *testing.T) {
 	}
 	if got, _ := s.Peer("ns/a"); got.Port != 50 {
 		t.Fatalf("store has a at port %d", got.Port)
+	}
+}
+
+// TestSnapshotStaysOrderedThroughEdits: the store edits its ordered view in place of
+// sorting it again after small changes; after any sequence of changes, read or not
+// in between, a snapshot is the set ordered by ID, and a snapshot already handed out
+// never changes.
+func TestSnapshotStaysOrderedThroughEdits(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	store := peers.NewMemoryPeerStore()
+	want := map[string]peers.PeerMetadata{}
+	for step := range 3000 {
+		var c peers.Change
+		n := 1 + rnd.IntN(4)
+		if step%500 == 0 {
+			n = 100 // more than the store edits one by one
+		}
+		used := map[string]bool{} // a change names each peer once
+		for range n {
+			ns := []string{"a", "b", "ns"}[rnd.IntN(3)]
+			q := peers.PeerMetadata{Namespace: ns, Name: fmt.Sprintf("epp-%d", rnd.IntN(200)), Address: fmt.Sprintf("10.0.0.%d", rnd.IntN(9)), Port: 9005}
+			if used[q.ID()] {
+				continue
+			}
+			used[q.ID()] = true
+			if rnd.IntN(3) == 0 {
+				c.Deletes = append(c.Deletes, q.ID())
+				delete(want, q.ID())
+			} else {
+				c.Upserts = append(c.Upserts, q)
+				want[q.ID()] = q
+			}
+		}
+		before := store.Snapshot()
+		kept := slices.Clone(before.Peers)
+		store.ApplyPeerChange(c)
+		if !slices.Equal(before.Peers, kept) {
+			t.Fatalf("step %d: a snapshot handed out earlier changed", step)
+		}
+		if rnd.IntN(4) == 0 {
+			continue // no read: the next change starts from an unordered view
+		}
+		exp := slices.Collect(maps.Values(want))
+		peers.SortByID(exp)
+		if got := store.Snapshot().Peers; !slices.Equal(got, exp) {
+			t.Fatalf("step %d: snapshot differs from the ordered set: %s", step, cmp.Diff(exp, got))
+		}
 	}
 }

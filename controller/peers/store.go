@@ -33,6 +33,13 @@ type MemoryPeerStore struct {
 	sorted    []PeerMetadata // the peers of version sortedAt, ordered; built on demand
 	sortedAt  uint64
 	hasSorted bool
+	edits     []sortedEdit // changes since sortedAt, in order
+}
+
+// sortedEdit is one change of one peer since the ordered view was built.
+type sortedEdit struct {
+	p       PeerMetadata
+	deleted bool
 }
 
 var (
@@ -77,15 +84,18 @@ func (s *MemoryPeerStore) ApplyPeerChange(c Change) {
 	defer s.mu.Unlock()
 	modified := false
 	for _, id := range c.Deletes {
-		if _, ok := s.peers[id]; ok {
+		if prev, ok := s.peers[id]; ok {
 			delete(s.peers, id)
 			modified = true
+			s.noteEdit(prev, true)
 		}
 	}
 	for _, p := range c.Upserts {
-		if prev, ok := s.peers[p.ID()]; !ok || prev != p {
-			s.peers[p.ID()] = p
+		id := p.ID()
+		if prev, ok := s.peers[id]; !ok || prev != p {
+			s.peers[id] = p
 			modified = true
+			s.noteEdit(p, false)
 		}
 	}
 	if !modified {
@@ -96,6 +106,23 @@ func (s *MemoryPeerStore) ApplyPeerChange(c Change) {
 	close(s.changed)
 	s.changed = make(chan struct{})
 }
+
+// noteEdit records a change of one peer for the ordered view: the next read applies
+// a few edits to a copy of it (binary search, one move each) instead of ordering
+// the whole set again; past maxSortedEdits it orders the set again.
+func (s *MemoryPeerStore) noteEdit(p PeerMetadata, deleted bool) {
+	if !s.hasSorted {
+		return
+	}
+	if len(s.edits) == maxSortedEdits {
+		s.hasSorted, s.edits = false, s.edits[:0]
+		return
+	}
+	s.edits = append(s.edits, sortedEdit{p: p, deleted: deleted})
+}
+
+// maxSortedEdits bounds the edits the ordered view takes one by one.
+const maxSortedEdits = 64
 
 // Peers implements PeerStore.
 func (s *MemoryPeerStore) Peers() []PeerMetadata { return slices.Clone(s.Snapshot().Peers) }
@@ -116,15 +143,34 @@ func (s *MemoryPeerStore) Snapshot() Snapshot {
 }
 
 // snapshotLocked orders the peers once per version: reading is free until the next
-// change.
+// change, and after a small change costs a copy, not a sort.
 func (s *MemoryPeerStore) snapshotLocked() Snapshot {
-	if !s.hasSorted || s.sortedAt != s.version {
+	switch {
+	case !s.hasSorted:
 		ps := make([]PeerMetadata, 0, len(s.peers))
 		for _, p := range s.peers {
 			ps = append(ps, p)
 		}
 		SortByID(ps)
 		s.sorted, s.sortedAt, s.hasSorted = ps, s.version, true
+		s.edits = s.edits[:0]
+	case s.sortedAt != s.version:
+		ps := make([]PeerMetadata, len(s.sorted), len(s.sorted)+len(s.edits))
+		copy(ps, s.sorted) // the old view belongs to the snapshots handed out
+		for _, e := range s.edits {
+			i, found := slices.BinarySearchFunc(ps, e.p, CompareID)
+			switch {
+			case e.deleted && found:
+				ps = slices.Delete(ps, i, i+1)
+			case e.deleted:
+			case found:
+				ps[i] = e.p
+			default:
+				ps = slices.Insert(ps, i, e.p)
+			}
+		}
+		s.sorted, s.sortedAt = ps, s.version
+		s.edits = s.edits[:0]
 	}
 	return Snapshot{Version: s.version, Peers: s.sorted, UpdatedAt: s.updated}
 }

@@ -23,6 +23,7 @@ type State struct {
 
 	slices map[string][]identity // by slice name: the identities it lists
 	ids    map[identity]*idState
+	size   int // identities that are peers
 }
 
 // idState is one identity: its listings in every slice, and what was published.
@@ -53,15 +54,7 @@ func NewState(cfg Config) *State {
 }
 
 // Len is the number of peers.
-func (s *State) Len() int {
-	n := 0
-	for _, e := range s.ids {
-		if e.peer != nil {
-			n++
-		}
-	}
-	return n
-}
+func (s *State) Len() int { return s.size }
 
 // Peers returns the current set ordered by ID, as Compute would.
 func (s *State) Peers() []peers.PeerMetadata {
@@ -130,18 +123,31 @@ func (s *State) upsert(sl *discoveryv1.EndpointSlice, touched map[identity]bool)
 		}
 		byID[id] = append(byID[id], s.listingOf(sl.Name, ep, port))
 	}
-	s.remove(sl.Name, touched)
+	// Identities the slice no longer lists lose its listing; the others are
+	// re-decided only when their listing in this slice changed, so an update that
+	// changes one endpoint of a hundred touches one identity.
+	for _, id := range s.slices[sl.Name] {
+		if _, still := byID[id]; !still {
+			touched[id] = true
+			delete(s.ids[id].listings, sl.Name)
+		}
+	}
 	for _, id := range order {
-		touched[id] = true
 		e := s.ids[id]
 		if e == nil {
 			e = &idState{listings: map[string][]listing{}}
 			s.ids[id] = e
 		}
+		if prev, ok := e.listings[sl.Name]; ok && slices.Equal(prev, byID[id]) {
+			continue
+		}
 		e.listings[sl.Name] = byID[id]
+		touched[id] = true
 	}
 	if len(order) > 0 {
 		s.slices[sl.Name] = order
+	} else {
+		delete(s.slices, sl.Name)
 	}
 }
 
@@ -178,8 +184,12 @@ func (s *State) settle(touched map[identity]bool) peers.Change {
 		switch {
 		case next == nil && e.peer != nil:
 			change.Deletes = append(change.Deletes, e.peer.ID())
+			s.size--
 		case next != nil && (e.peer == nil || *e.peer != *next):
 			change.Upserts = append(change.Upserts, *next)
+			if e.peer == nil {
+				s.size++
+			}
 		}
 		e.peer = next
 		if len(e.listings) == 0 {

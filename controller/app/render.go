@@ -1,0 +1,137 @@
+package app
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+)
+
+// docRenderer renders the /debug/peers document: the status fields with
+// encoding/json, the peers one per line by hand. An entry whose peer did not change
+// since the previous rendering is copied from it, so a change of one peer among
+// 10,000 costs one entry and a copy, not 10,000 encodings. Not safe for concurrent
+// use.
+//
+// Layout: the status fields and `"peers": [` on the first line, one peer per line,
+// then `],` and the remaining fields, with a space after every colon and comma as
+// in DESIGN.md (so `grep '"synced": true'` works). JSON readers see the same
+// document as encoding/json gives (the test decodes both).
+type docRenderer struct {
+	prev  []peers.PeerMetadata // the peers of the last rendering, ordered by ID
+	buf   []byte               // the last rendering
+	spans []span               // prev[i]'s entry is buf[spans[i].from:spans[i].to]
+}
+
+type span struct{ from, to int }
+
+// emptyPeers is the head's (empty) peers field as spaced writes it; the rendering
+// puts the peers there. No JSON string can hold it: inside one, every quote is
+// escaped.
+var emptyPeers = []byte(`"peers": []`)
+
+// render returns head (its Peers ignored) with ps as its peers. ps must be ordered
+// by ID (a store snapshot is) and must not be modified afterwards.
+func (r *docRenderer) render(head peers.Document, ps []peers.PeerMetadata) []byte {
+	head.Peers = []peers.PeerEntry{}
+	compact, err := json.Marshal(head)
+	if err != nil {
+		panic(fmt.Sprintf("encoding the peers document: %v", err)) // plain structs: cannot fail
+	}
+	h := spaced(compact)
+	at := bytes.Index(h, emptyPeers)
+	if at < 0 {
+		panic("encoding the peers document: no peers field")
+	}
+	size := len(h) + 2
+	if len(r.prev) > 0 {
+		size += len(r.buf) * len(ps) / len(r.prev)
+	} else {
+		size += len(ps) * 160
+	}
+	out := make([]byte, 0, size)
+	out = append(out, h[:at+len(emptyPeers)-1]...) // up to and including '['
+	spans := make([]span, len(ps))
+	j := 0
+	for i := range ps {
+		if i > 0 {
+			out = append(out, ',')
+		}
+		out = append(out, "\n  "...)
+		for j < len(r.prev) && peers.CompareID(r.prev[j], ps[i]) < 0 {
+			j++
+		}
+		from := len(out)
+		if j < len(r.prev) && r.prev[j] == ps[i] {
+			out = append(out, r.buf[r.spans[j].from:r.spans[j].to]...)
+		} else {
+			out = appendEntry(out, ps[i])
+		}
+		spans[i] = span{from, len(out)}
+	}
+	if len(ps) > 0 {
+		out = append(out, '\n')
+	}
+	out = append(out, h[at+len(emptyPeers)-1:]...) // ']' and the rest
+	out = append(out, '\n')
+	r.prev, r.buf, r.spans = ps, out, spans
+	return out
+}
+
+// appendEntry appends p as a peers.PeerEntry in JSON, fields in its order.
+func appendEntry(b []byte, p peers.PeerMetadata) []byte {
+	b = append(b, `{"id": `...)
+	b = appendString(b, p.Namespace+"/"+p.Name)
+	b = append(b, `, "name": `...)
+	b = appendString(b, p.Name)
+	b = append(b, `, "namespace": `...)
+	b = appendString(b, p.Namespace)
+	b = append(b, `, "address": `...)
+	b = appendString(b, p.Address)
+	b = append(b, `, "port": `...)
+	b = strconv.AppendInt(b, int64(p.Port), 10)
+	b = append(b, `, "ready": `...)
+	b = strconv.AppendBool(b, p.Ready)
+	b = append(b, `, "serving": `...)
+	b = strconv.AppendBool(b, p.Serving)
+	b = append(b, `, "terminating": `...)
+	b = strconv.AppendBool(b, p.Terminating)
+	return append(b, '}')
+}
+
+// appendString appends s as a JSON string: as it is when it needs no escaping (names
+// and addresses never do), else as encoding/json escapes it.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// spaced puts a space after every colon and comma of compact JSON that is not
+// inside a string.
+func spaced(compact []byte) []byte {
+	out := make([]byte, 0, len(compact)+len(compact)/8)
+	inString, escaped := false, false
+	for _, c := range compact {
+		out = append(out, c)
+		switch {
+		case escaped:
+			escaped = false
+		case inString && c == '\\':
+			escaped = true
+		case c == '"':
+			inString = !inString
+		case !inString && (c == ':' || c == ','):
+			out = append(out, ' ')
+		}
+	}
+	return out
+}
