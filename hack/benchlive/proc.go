@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// proc is one running implementation: epp or the reference.
+type proc struct {
+	impl      string
+	cmd       *exec.Cmd
+	peersURL  string
+	readyURL  string
+	started   time.Time
+	out       *lockedBuffer
+	done      chan error
+	client    *http.Client
+	buf       bytes.Buffer
+	exitErr   error
+	exitKnown bool
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// start runs one implementation as a replica in namespace ns and waits until it
+// answers /readyz with 200; started is when the process was launched.
+func (b *bench) start(impl, ns string) (*proc, error) {
+	peersAddr, probeAddr := freeAddr(), freeAddr()
+	var cmd *exec.Cmd
+	switch impl {
+	case implEpp:
+		cmd = exec.Command(b.eppBin, append([]string{"--enable-peer-discovery", "--epp-peer-service=epp", "--kubeconfig=" + b.env.Kubeconfig,
+			"--metrics-bind-address=" + peersAddr, "--health-probe-bind-address=" + probeAddr}, b.eppFlags...)...)
+		cmd.Env = []string{"NAMESPACE=" + ns, "POD_NAME=bench-self", "HOME=" + os.TempDir()}
+	case implReference:
+		probeAddr = peersAddr
+		cmd = exec.Command(b.refBin, "--kubeconfig="+b.env.Kubeconfig, "--namespace="+ns, "--service=epp", "--addr="+peersAddr)
+		cmd.Env = []string{"HOME=" + os.TempDir()}
+	default:
+		return nil, fmt.Errorf("unknown implementation %q", impl)
+	}
+	p := &proc{impl: impl, cmd: cmd, peersURL: "http://" + peersAddr + "/debug/peers", readyURL: "http://" + probeAddr + "/readyz",
+		out: &lockedBuffer{}, done: make(chan error, 1),
+		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 2}}}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	p.started = time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w", impl, err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	deadline := p.started.Add(60 * time.Second)
+	for {
+		resp, err := p.client.Get(p.readyURL)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p, nil
+			}
+		}
+		select {
+		case err := <-p.done:
+			p.exitErr, p.exitKnown = err, true
+			return nil, fmt.Errorf("%s exited before it was ready (%w); output:\n%s", impl, err, p.out.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			p.stop()
+			return nil, fmt.Errorf("%s not ready within 60s; output:\n%s", impl, p.out.String())
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits (killing it after 10 s).
+func (p *proc) stop() {
+	if p.exitKnown {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case p.exitErr = <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		p.exitErr = <-p.done
+	}
+	p.exitKnown = true
+	p.client.CloseIdleConnections()
+}
+
+// peers returns the body of one GET /debug/peers, valid until the next call.
+func (p *proc) peers() ([]byte, error) {
+	resp, err := p.client.Get(p.peersURL)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	// One buffer, grown once, for both implementations: reading costs the same.
+	p.buf.Reset()
+	if _, err := p.buf.ReadFrom(resp.Body); err != nil {
+		return nil, err
+	}
+	body := p.buf.Bytes()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %d", p.peersURL, resp.StatusCode)
+	}
+	return body, nil
+}
+
+// errTimeout is returned by waitFor when the change was not seen in time.
+var errTimeout = errors.New("not seen in time")
+
+// waitFor polls /debug/peers every pollEvery until marker is present (or absent),
+// and returns when the response that showed it was received.
+func (p *proc) waitFor(marker []byte, present bool, timeout time.Duration) (time.Time, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		start := time.Now()
+		body, err := p.peers()
+		if err == nil && bytes.Contains(body, marker) == present {
+			return time.Now(), nil
+		}
+		if time.Now().After(deadline) {
+			if err != nil {
+				return time.Time{}, err
+			}
+			return time.Time{}, errTimeout
+		}
+		if d := pollEvery - time.Since(start); d > 0 {
+			time.Sleep(d)
+		}
+	}
+}
+
+// cpu is the process's CPU time so far: the sum of its threads' time on a CPU
+// (/proc/<pid>/task/*/schedstat, nanoseconds), or utime+stime from /proc/<pid>/stat
+// (clock ticks) where the kernel keeps no schedstat.
+func (p *proc) cpu() (time.Duration, error) {
+	pid := p.cmd.Process.Pid
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue // a thread that just exited
+		}
+		f := strings.Fields(string(b))
+		if len(f) > 0 {
+			ns, _ := strconv.ParseInt(f[0], 10, 64)
+			sum += time.Duration(ns)
+		}
+	}
+	if sum > 0 {
+		return sum, nil
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The fields after the command name (which may hold spaces) start at ")".
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100), nil
+}
+
+// rss is the process's resident set size in bytes (VmRSS).
+func (p *proc) rss() (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc/<pid>/status")
+}
