@@ -57,7 +57,7 @@ $(K8S_STAMP): hack/k8s/go.mod hack/k8s/go.sum $(foreach c,$(K8S_COMPONENTS),hack
 
 ##@ Test
 .PHONY: test
-test: lint k8s test-unit test-fuzz test-integration test-manifests test-terraform e2e-local ## Run every test tier (the README's test command).
+test: lint k8s test-unit test-fuzz test-integration bench-live-smoke test-manifests test-terraform e2e-local e2e-scale ## Run every test tier (the README's test command).
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
@@ -120,6 +120,10 @@ e2e-demo-tools: build k8s $(BIN)/helm $(BIN)/kwok
 .PHONY: e2e-local
 e2e-local: e2e-tools ## End to end on a local control plane (no Docker): Helm, kustomize and Terraform, peer discovery on and off.
 	cd e2e && TF_CLI_CONFIG_FILE=$(TF_RC) E2E_BACKEND=local go test -tags e2e -count=1 -v -timeout=$(E2E_TIMEOUT) ./...
+
+.PHONY: e2e-scale
+e2e-scale: e2e-demo-tools ## 1,000 KWOK pods behind the Service plus 3 real replicas on the local control plane: created, then a rolling restart; every replica must list exactly the others (a few minutes).
+	cd e2e && go test -tags e2escale -count=1 -v -timeout=30m ./scale
 
 IMAGE        ?= epp-peer-discovery/epp:$(shell awk '$$1=="appVersion:" {gsub(/"/,"",$$2); print $$2}' charts/epp/Chart.yaml)
 KIND_VERSION ?= v0.33.0
@@ -228,8 +232,18 @@ verify-modgraph: ## Fail when the root module's graph holds Helm, kustomize, ter
 	hack/check-modgraph.sh
 
 .PHONY: bench
-bench: ## Benchmarks of the peer-set computation (figures in docs/PERFORMANCE.md).
-	go test -run='^$$' -bench=. -benchmem -count=6 ./controller/peerset | tee $(BIN)/bench.txt
+bench: ## Benchmarks of the peer-set computation and the /debug/peers rendering (figures in docs/PERFORMANCE.md).
+	go test -run='^$$' -bench=. -benchmem -count=6 ./controller/peerset ./controller/app | tee $(BIN)/bench.txt
+
+.PHONY: bench-live
+bench-live: build k8s ## epp and a plain client-go informer side by side on one real API server at 3/100/1,000/10,000 peers; writes the table to docs/PERFORMANCE.md (~10 min).
+	go build -o $(BIN)/benchlive-reference ./hack/benchlive/reference
+	go run ./hack/benchlive --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference --write=docs/PERFORMANCE.md
+
+.PHONY: bench-live-smoke
+bench-live-smoke: build k8s ## A short bench-live (3 and 100 peers, one run) that fails when epp makes API reads per change or takes a second to show one.
+	go build -o $(BIN)/benchlive-reference ./hack/benchlive/reference
+	go run ./hack/benchlive --smoke --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference
 
 .PHONY: clean
 clean: ## Remove bin/ except the Kubernetes binaries.

@@ -3,7 +3,7 @@
 // EndpointSlice, ReplicaSet, Deployment, namespace and ServiceAccount controllers
 // among others) and kube-scheduler from bin/k8s, and KWOK, which plays the kubelet of
 // one fake node: it marks scheduled pods Running and Ready and gives them IPs from
-// 10.244.0.0/24. Those IPs exist nowhere: never dial them.
+// 10.244.0.0/16. Those IPs exist nowhere: never dial them.
 package localcluster
 
 import (
@@ -31,7 +31,19 @@ import (
 )
 
 // PodCIDR is where KWOK takes the fake pod IPs from.
-const PodCIDR = "10.244.0.0/24"
+const PodCIDR = "10.244.0.0/16"
+
+// DefaultPodCapacity is how many pods the fake node takes unless WithPodCapacity says.
+const DefaultPodCapacity = 110
+
+// Option changes how Start sets up the cluster.
+type Option func(*settings)
+
+type settings struct{ podCapacity int }
+
+// WithPodCapacity gives the fake node room for n pods (the scale test runs 1,000
+// and more).
+func WithPodCapacity(n int) Option { return func(s *settings) { s.podCapacity = n } }
 
 // NodeName is the fake node.
 const NodeName = "kwok-node-0"
@@ -45,9 +57,10 @@ type Cluster struct {
 	// Kubeconfig is an admin kubeconfig file.
 	Kubeconfig string
 
-	dir   string
-	procs []*process
-	log   io.Writer
+	dir      string
+	procs    []*process
+	log      io.Writer
+	settings settings
 }
 
 type process struct {
@@ -88,11 +101,14 @@ func DefaultBinaries() (Binaries, error) {
 // Start starts the control plane and waits until the fake node is Ready and the
 // "default" ServiceAccount exists. progress (may be nil) receives one line per step.
 // Call Stop, also when Start fails.
-func Start(ctx context.Context, bins Binaries, progress io.Writer) (*Cluster, error) {
+func Start(ctx context.Context, bins Binaries, progress io.Writer, opts ...Option) (*Cluster, error) {
 	if progress == nil {
 		progress = io.Discard
 	}
-	c := &Cluster{log: progress}
+	c := &Cluster{log: progress, settings: settings{podCapacity: DefaultPodCapacity}}
+	for _, o := range opts {
+		o(&c.settings)
+	}
 	var err error
 	if c.dir, err = os.MkdirTemp("", "epp-localcluster-"); err != nil {
 		return c, err
@@ -109,8 +125,10 @@ func Start(ctx context.Context, bins Binaries, progress io.Writer) (*Cluster, er
 	if err := c.start("kube-controller-manager", filepath.Join(bins.K8sDir, "kube-controller-manager"), append(auth,
 		"--leader-elect=false", "--controllers=*", "--use-service-account-credentials=false",
 		"--bind-address=127.0.0.1", "--secure-port="+kcmPort,
-		// Fast reactions for tests: no batching of EndpointSlice updates.
+		// Fast reactions for tests: no batching of EndpointSlice updates, and room
+		// for a thousand pods' worth of requests (the default is 20 per second).
 		"--endpointslice-updates-batch-period=0s",
+		"--kube-api-qps=200", "--kube-api-burst=400",
 	)...); err != nil {
 		return c, err
 	}
@@ -160,6 +178,7 @@ func (c *Cluster) start(name, bin string, args ...string) error {
 }
 
 func (c *Cluster) createNode(ctx context.Context) error {
+	pods := resource.MustParse(fmt.Sprint(c.settings.podCapacity))
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        NodeName,
@@ -168,10 +187,10 @@ func (c *Cluster) createNode(ctx context.Context) error {
 		},
 		Status: corev1.NodeStatus{
 			Capacity: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("110"),
+				corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: pods,
 			},
 			Allocatable: corev1.ResourceList{
-				corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: resource.MustParse("110"),
+				corev1.ResourceCPU: resource.MustParse("32"), corev1.ResourceMemory: resource.MustParse("256Gi"), corev1.ResourcePods: pods,
 			},
 		},
 	}

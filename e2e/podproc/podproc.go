@@ -20,6 +20,7 @@ package podproc
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -68,6 +69,9 @@ type Process struct {
 	done chan struct{}
 	log  string
 }
+
+// PID is the process's ID.
+func (p *Process) PID() int { return p.cmd.Process.Pid }
 
 // Process returns the process of the named container, or nil.
 func (r *Replica) Process(container string) *Process {
@@ -233,7 +237,7 @@ func (r *Runtime) start(ctx context.Context, pod *corev1.Pod) (*Replica, error) 
 				return nil, err
 			}
 		}
-		proc, err := r.startContainer(ctx, pod, rep, c, kubeconfig)
+		proc, err := r.startListening(ctx, pod, rep, c, kubeconfig)
 		if err != nil {
 			stopReplica(rep)
 			return nil, fmt.Errorf("container %s: %w", c.Name, err)
@@ -278,6 +282,57 @@ func getsToken(pod *corev1.Pod, c *corev1.Container) bool {
 }
 
 var varRef = regexp.MustCompile(`\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)`)
+
+// startListening starts the container and waits until it listens on both of its
+// addresses. The addresses were free when picked, but an outgoing connection of any
+// process may take such a port before the process binds it; then the process exits
+// with "address already in use" and is started again on new addresses (at most
+// three times), as a kubelet restarts a container that failed.
+func (r *Runtime) startListening(ctx context.Context, pod *corev1.Pod, rep *Replica, c *corev1.Container, kubeconfig string) (*Process, error) {
+	for attempt := 1; ; attempt++ {
+		p, err := r.startContainer(ctx, pod, rep, c, kubeconfig)
+		if err != nil {
+			return nil, err
+		}
+		err = waitListening(ctx, p)
+		if err == nil {
+			return p, nil
+		}
+		out, _ := os.ReadFile(p.log)
+		if attempt == 3 || !strings.Contains(string(out), "address already in use") {
+			return nil, fmt.Errorf("%w; output:\n%s", err, out)
+		}
+	}
+}
+
+// waitListening waits (at most 30 s) until the process accepts connections on its
+// metrics and probe addresses.
+func waitListening(ctx context.Context, p *Process) error {
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		up := true
+		for _, addr := range []string{p.MetricsAddr, p.ProbeAddr} {
+			conn, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				up = false
+				break
+			}
+			conn.Close()
+		}
+		if up {
+			return nil
+		}
+		select {
+		case <-p.done:
+			return fmt.Errorf("exited before listening on %s and %s", p.MetricsAddr, p.ProbeAddr)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not listening on %s and %s after 30s", p.MetricsAddr, p.ProbeAddr)
+		}
+	}
+}
 
 // startContainer starts bin/epp as container c of pod would run.
 func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Replica, c *corev1.Container, kubeconfig string) (*Process, error) {
