@@ -19,6 +19,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 )
 
 // Client limits of the Kubernetes client: a replica lists and watches one
@@ -40,10 +41,12 @@ type App struct {
 	// Store holds the published peer set; Go code embedding the app reads it.
 	Store *peers.MemoryPeerStore
 
-	pub     *discovery.Publisher // nil with peer discovery off
-	source  discovery.Source
-	metrics net.Listener
-	probes  net.Listener
+	pub      *discovery.Publisher // nil with peer discovery off
+	source   discovery.Source
+	prober   *reachability.Prober // nil with probing off
+	metrics  net.Listener
+	probes   net.Listener
+	peerSync net.Listener // nil without --peer-sync-bind-address
 
 	rendered atomic.Pointer[rendering] // the /debug/peers document of one generation
 	renderMu sync.Mutex                // serializes rendering
@@ -73,6 +76,13 @@ func NewWithSources(opts Options, restConfig *rest.Config, log logr.Logger, sour
 		a.metrics.Close()
 		return nil, fmt.Errorf("--health-probe-bind-address=%s: %w", opts.ProbeAddr, err)
 	}
+	if opts.PeerSyncAddr != "" {
+		if a.peerSync, err = net.Listen("tcp", opts.PeerSyncAddr); err != nil {
+			a.metrics.Close()
+			a.probes.Close()
+			return nil, fmt.Errorf("--peer-sync-bind-address=%s: %w", opts.PeerSyncAddr, err)
+		}
+	}
 	return a, nil
 }
 
@@ -95,6 +105,11 @@ func (a *App) buildSource(restConfig *rest.Config, sources Sources) error {
 		return fmt.Errorf("peer source %s: %w", name, err)
 	}
 	a.source = src
+	if a.opts.ProbeInterval > 0 {
+		if a.prober, err = reachability.New(reachability.Options{Interval: a.opts.ProbeInterval}, a.log.WithName("reachability")); err != nil {
+			return fmt.Errorf("--epp-peer-probe-interval: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -130,6 +145,38 @@ func (a *App) MetricsAddr() string { return a.metrics.Addr().String() }
 
 // ProbeAddr is the bound address of /healthz and /readyz.
 func (a *App) ProbeAddr() string { return a.probes.Addr().String() }
+
+// PeerSyncAddr is the bound address of --peer-sync-bind-address ("" without it).
+func (a *App) PeerSyncAddr() string {
+	if a.peerSync == nil {
+		return ""
+	}
+	return a.peerSync.Addr().String()
+}
+
+// answerPeerSync accepts connections on the peer-sync address and answers each with
+// one line naming this replica, then closes it: what a probe of another replica
+// needs to find this one reachable. It is not the EPP's state sync.
+func (a *App) answerPeerSync(ctx context.Context) error {
+	go func() { <-ctx.Done(); a.peerSync.Close() }()
+	line := []byte(fmt.Sprintf("epp-peer-discovery %s/%s\n", a.opts.PoolNamespace, a.opts.Self.Name))
+	for {
+		conn, err := a.peerSync.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return fmt.Errorf("--peer-sync-bind-address: %w", err)
+		}
+		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = conn.Write(line)
+		_ = conn.Close()
+	}
+}
 
 // Slices returns the names of the EndpointSlices the source holds (nil for a
 // source that reads no slices).
@@ -168,10 +215,23 @@ func (a *App) Run(ctx context.Context) error {
 	if a.source != nil {
 		g.Go(func() error { return a.source.Run(ctx) })
 	}
+	if a.prober != nil {
+		g.Go(func() error { return a.prober.Run(ctx, a.Store) })
+	}
+	if a.peerSync != nil {
+		g.Go(func() error { return a.answerPeerSync(ctx) })
+	}
 	if a.opts.SnapshotFile != "" {
 		g.Go(func() error { return a.writeSnapshots(ctx) })
 	}
-	a.log.Info("epp started", "peerDiscovery", a.opts.EnablePeerDiscovery, "source", a.opts.PeerSource,
-		"self", a.opts.Self.Name, "metrics", a.MetricsAddr(), "probes", a.ProbeAddr())
+	kv := []any{"peerDiscovery", a.opts.EnablePeerDiscovery, "source", a.opts.PeerSource,
+		"self", a.opts.Self.Name, "metrics", a.MetricsAddr(), "probes", a.ProbeAddr()}
+	if a.prober != nil {
+		kv = append(kv, "probeInterval", a.opts.ProbeInterval.String())
+	}
+	if a.peerSync != nil {
+		kv = append(kv, "peerSync", a.PeerSyncAddr())
+	}
+	a.log.Info("epp started", kv...)
 	return g.Wait()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -34,6 +35,13 @@ type Options struct {
 	Kubeconfig          string
 	MetricsAddr         string
 	ProbeAddr           string
+	// ProbeInterval turns reachability probing on (> 0): every peer's peer-sync port
+	// is connected to about this often (--epp-peer-probe-interval, default from
+	// EPP_PEER_PROBE_INTERVAL).
+	ProbeInterval time.Duration
+	// PeerSyncAddr, when set, is listened on with a one-line identity reply, so that
+	// the probes of other replicas find this one reachable (--peer-sync-bind-address).
+	PeerSyncAddr string
 
 	// PeerSource names the peer source to run (a SourceSpec.Name): the one whose
 	// flag was set (--epp-peer-service: "endpointslice", --epp-peer-file: "file");
@@ -94,6 +102,9 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, then in-cluster, then ~/.kube/config).")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address serving /metrics and /debug/peers (plain HTTP).")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address serving /healthz and /readyz.")
+	probeDefault, probeEnvErr := probeIntervalFromEnv(getenv)
+	fs.DurationVar(&o.ProbeInterval, "epp-peer-probe-interval", probeDefault, "Probe every peer's peer-sync port (a TCP connect) about this often, jittered, and report reachability in /debug/peers; 0 is off (default from env "+ProbeIntervalEnv+"). Never changes who is a peer.")
+	fs.StringVar(&o.PeerSyncAddr, "peer-sync-bind-address", "", `Listen here (e.g. ":9005") and answer each connection with one line naming this replica, so that other replicas' probes find it reachable; "" is off. Leave it off when another container owns the peer-sync port.`)
 	o.Zap.BindFlags(fs)
 	// Stack traces only for panics: an error log line is one line, unless
 	// --zap-stacktrace-level asks for more (or --zap-devel, with its own default).
@@ -111,10 +122,33 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	if fs.NArg() > 0 {
 		return o, usageErrorf("unexpected argument %q: epp takes flags only", fs.Arg(0))
 	}
+	if probeEnvErr != nil && !flagSet(fs, "epp-peer-probe-interval") {
+		return o, usageError(probeEnvErr)
+	}
 	if o.Zap.Development && !flagSet(fs, "zap-stacktrace-level") {
 		o.Zap.StacktraceLevel = nil // development mode's default (warnings)
 	}
 	return o, o.complete(membership, sources, sourceArgs, getenv, stderr)
+}
+
+// ProbeIntervalEnv is the environment variable that sets the default of
+// --epp-peer-probe-interval: what a kustomize component can add to a container
+// without rewriting its args.
+const ProbeIntervalEnv = "EPP_PEER_PROBE_INTERVAL"
+
+// MinProbeInterval is the shortest probe interval accepted.
+const MinProbeInterval = 100 * time.Millisecond
+
+func probeIntervalFromEnv(getenv func(string) string) (time.Duration, error) {
+	v := getenv(ProbeIntervalEnv)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s=%q: not a duration (e.g. 5s, or 0 for off)", ProbeIntervalEnv, v)
+	}
+	return d, nil
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {
@@ -138,6 +172,9 @@ func (o *Options) complete(membership string, sources Sources, sourceArgs []stri
 		return usageError(err)
 	}
 	o.PeerMembership = m
+	if o.ProbeInterval < 0 || (o.ProbeInterval > 0 && o.ProbeInterval < MinProbeInterval) {
+		return usageErrorf("--epp-peer-probe-interval=%v: want 0 (off) or at least %v", o.ProbeInterval, MinProbeInterval)
+	}
 	var set []int
 	for i, v := range sourceArgs {
 		if v != "" {
@@ -147,6 +184,9 @@ func (o *Options) complete(membership string, sources Sources, sourceArgs []stri
 	if !o.EnablePeerDiscovery {
 		for _, i := range set {
 			fmt.Fprintf(stderr, "epp: warning: --%s=%s has no effect without --enable-peer-discovery\n", sources[i].Flag, sourceArgs[i])
+		}
+		if o.ProbeInterval > 0 {
+			fmt.Fprintf(stderr, "epp: warning: --epp-peer-probe-interval=%v has no effect without --enable-peer-discovery\n", o.ProbeInterval)
 		}
 		return nil
 	}

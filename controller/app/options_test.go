@@ -55,6 +55,10 @@ func TestParseErrors(t *testing.T) {
 		{"invalid membership", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-membership=leader"}, podEnv,
 			[]string{"--epp-peer-membership=\"leader\"", "ready", "alive"}},
 		{"positional argument", []string{"serve"}, podEnv, []string{"\"serve\""}},
+		{"negative probe interval", []string{"--epp-peer-probe-interval=-1s"}, podEnv, []string{"--epp-peer-probe-interval=-1s", "100ms"}},
+		{"probe interval too short", []string{"--epp-peer-probe-interval=10ms"}, podEnv, []string{"--epp-peer-probe-interval=10ms", "at least 100ms"}},
+		{"probe interval env not a duration", nil, env("POD_NAME", "epp-0", "NAMESPACE", "ns", "EPP_PEER_PROBE_INTERVAL", "5"),
+			[]string{"EPP_PEER_PROBE_INTERVAL=\"5\"", "duration"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,6 +78,35 @@ func TestParseErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestProbeIntervalFromEnv: EPP_PEER_PROBE_INTERVAL is the flag's default (what a
+// kustomize component can set), the flag wins, and 0 is off.
+func TestProbeIntervalFromEnv(t *testing.T) {
+	base := []string{"--enable-peer-discovery", "--epp-peer-service=epp"}
+	for _, tc := range []struct {
+		args []string
+		env  string
+		want string
+	}{
+		{nil, "", "0s"},
+		{nil, "5s", "5s"},
+		{[]string{"--epp-peer-probe-interval=2s"}, "5s", "2s"},
+		{[]string{"--epp-peer-probe-interval=0"}, "5s", "0s"},
+		{[]string{"--epp-peer-probe-interval=2s"}, "not-a-duration", "2s"},
+	} {
+		o, err := app.Parse(append(base, tc.args...), env("POD_NAME", "epp-0", "NAMESPACE", "ns", "EPP_PEER_PROBE_INTERVAL", tc.env), &bytes.Buffer{})
+		if err != nil {
+			t.Fatalf("%v with EPP_PEER_PROBE_INTERVAL=%q: %v", tc.args, tc.env, err)
+		}
+		if got := o.ProbeInterval.String(); got != tc.want {
+			t.Errorf("%v with EPP_PEER_PROBE_INTERVAL=%q: interval %s, want %s", tc.args, tc.env, got, tc.want)
+		}
+	}
+	var stderr bytes.Buffer
+	if _, err := app.Parse([]string{"--epp-peer-probe-interval=5s"}, podEnv, &stderr); err != nil || !strings.Contains(stderr.String(), "--epp-peer-probe-interval=5s has no effect without --enable-peer-discovery") {
+		t.Errorf("probing without discovery: err %v, warning %q", err, stderr.String())
 	}
 }
 

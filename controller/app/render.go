@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
+	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 )
 
 // docRenderer renders the /debug/peers document: the status fields with
@@ -20,9 +23,10 @@ import (
 // in DESIGN.md (so `grep '"synced": true'` works). JSON readers see the same
 // document as encoding/json gives (the test decodes both).
 type docRenderer struct {
-	prev  []peers.PeerMetadata // the peers of the last rendering, ordered by ID
-	buf   []byte               // the last rendering
-	spans []span               // prev[i]'s entry is buf[spans[i].from:spans[i].to]
+	prev       []peers.PeerMetadata  // the peers of the last rendering, ordered by ID
+	prevProbes []reachability.Status // what the probes had found for them
+	buf        []byte                // the last rendering
+	spans      []span                // prev[i]'s entry is buf[spans[i].from:spans[i].to]
 }
 
 type span struct{ from, to int }
@@ -32,9 +36,10 @@ type span struct{ from, to int }
 // escaped.
 var emptyPeers = []byte(`"peers": []`)
 
-// render returns head (its Peers ignored) with ps as its peers. ps must be ordered
-// by ID (a store snapshot is) and must not be modified afterwards.
-func (r *docRenderer) render(head peers.Document, ps []peers.PeerMetadata) []byte {
+// render returns head (its Peers ignored) with ps as its peers, and what probe says
+// the reachability probes found for each (nil: probing off). ps must be ordered by
+// ID (a store snapshot is) and must not be modified afterwards.
+func (r *docRenderer) render(head peers.Document, ps []peers.PeerMetadata, probe func(id string) reachability.Status) []byte {
 	head.Peers = []peers.PeerEntry{}
 	compact, err := json.Marshal(head)
 	if err != nil {
@@ -54,8 +59,12 @@ func (r *docRenderer) render(head peers.Document, ps []peers.PeerMetadata) []byt
 	out := make([]byte, 0, size)
 	out = append(out, h[:at+len(emptyPeers)-1]...) // up to and including '['
 	spans := make([]span, len(ps))
+	probes := make([]reachability.Status, len(ps))
 	j := 0
 	for i := range ps {
+		if probe != nil {
+			probes[i] = probe(ps[i].ID())
+		}
 		if i > 0 {
 			out = append(out, ',')
 		}
@@ -64,10 +73,10 @@ func (r *docRenderer) render(head peers.Document, ps []peers.PeerMetadata) []byt
 			j++
 		}
 		from := len(out)
-		if j < len(r.prev) && r.prev[j] == ps[i] {
+		if j < len(r.prev) && r.prev[j] == ps[i] && r.prevProbes[j] == probes[i] {
 			out = append(out, r.buf[r.spans[j].from:r.spans[j].to]...)
 		} else {
-			out = appendEntry(out, ps[i])
+			out = appendEntry(out, ps[i], probes[i])
 		}
 		spans[i] = span{from, len(out)}
 	}
@@ -76,12 +85,13 @@ func (r *docRenderer) render(head peers.Document, ps []peers.PeerMetadata) []byt
 	}
 	out = append(out, h[at+len(emptyPeers)-1:]...) // ']' and the rest
 	out = append(out, '\n')
-	r.prev, r.buf, r.spans = ps, out, spans
+	r.prev, r.prevProbes, r.buf, r.spans = ps, probes, out, spans
 	return out
 }
 
-// appendEntry appends p as a peers.PeerEntry in JSON, fields in its order.
-func appendEntry(b []byte, p peers.PeerMetadata) []byte {
+// appendEntry appends p as a peers.PeerEntry in JSON, fields in its order, with the
+// reachability fields when st says the peer was probed.
+func appendEntry(b []byte, p peers.PeerMetadata, st reachability.Status) []byte {
 	b = append(b, `{"id": `...)
 	b = appendString(b, p.Namespace+"/"+p.Name)
 	b = append(b, `, "name": `...)
@@ -98,7 +108,29 @@ func appendEntry(b []byte, p peers.PeerMetadata) []byte {
 	b = strconv.AppendBool(b, p.Serving)
 	b = append(b, `, "terminating": `...)
 	b = strconv.AppendBool(b, p.Terminating)
+	if st.Probed {
+		b = append(b, `, "reachable": `...)
+		b = strconv.AppendBool(b, st.Reachable)
+		b = append(b, `, "lastProbe": "`...)
+		b = st.LastProbe.UTC().AppendFormat(b, time.RFC3339Nano)
+		b = append(b, '"')
+		if st.Reachable {
+			b = append(b, `, "connectSeconds": `...)
+			b = appendFloat(b, st.ConnectTime.Seconds())
+		} else {
+			b = append(b, `, "probeError": `...)
+			b = appendString(b, st.Error)
+		}
+	}
 	return append(b, '}')
+}
+
+// appendFloat writes f as encoding/json does.
+func appendFloat(b []byte, f float64) []byte {
+	if a := math.Abs(f); a != 0 && (a < 1e-6 || a >= 1e21) {
+		return strconv.AppendFloat(b, f, 'e', -1, 64)
+	}
+	return strconv.AppendFloat(b, f, 'f', -1, 64)
 }
 
 // appendString appends s as a JSON string: as it is when it needs no escaping (names

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 )
 
 // TestRenderLayout: the status on the first line, one peer per line, a space after
@@ -30,10 +31,25 @@ func TestRenderLayout(t *testing.T) {
   {"id": "ns/epp-2", "name": "epp-2", "namespace": "ns", "address": "fd00::3", "port": 9005, "ready": true, "serving": true, "terminating": false}
 ], "updatedAt": "2026-11-29T10:00:00Z", "stale": false}
 `
-	if got := string(r.render(head, ps)); got != want {
+	if got := string(r.render(head, ps, nil)); got != want {
 		t.Fatalf("rendering:\n%s\nwant:\n%s", got, want)
 	}
-	if got, want := string(r.render(peers.DisabledDocument(), nil)), `{"enabled": false, "peers": []}`+"\n"; got != want {
+	// With probing on: the reachability fields after the conditions.
+	probed := func(id string) reachability.Status {
+		if id == "ns/epp-1" {
+			return reachability.Status{Probed: true, Reachable: true, LastProbe: at, ConnectTime: 420 * time.Microsecond}
+		}
+		return reachability.Status{Probed: true, LastProbe: at, Error: "timeout"}
+	}
+	want = `{"enabled": true, "source": "endpointslice", "synced": true, "self": {"name": "epp-0", "namespace": "ns", "addresses": ["10.0.0.1"]}, "peers": [
+  {"id": "ns/epp-1", "name": "epp-1", "namespace": "ns", "address": "10.0.0.2", "port": 9005, "ready": true, "serving": true, "terminating": false, "reachable": true, "lastProbe": "2026-11-29T10:00:00Z", "connectSeconds": 0.00042},
+  {"id": "ns/epp-2", "name": "epp-2", "namespace": "ns", "address": "fd00::3", "port": 9005, "ready": true, "serving": true, "terminating": false, "reachable": false, "lastProbe": "2026-11-29T10:00:00Z", "probeError": "timeout"}
+], "updatedAt": "2026-11-29T10:00:00Z", "stale": false}
+`
+	if got := string(r.render(head, ps, probed)); got != want {
+		t.Fatalf("rendering with probes:\n%s\nwant:\n%s", got, want)
+	}
+	if got, want := string(r.render(peers.DisabledDocument(), nil, nil)), `{"enabled": false, "peers": []}`+"\n"; got != want {
 		t.Fatalf("disabled: %q, want %q", got, want)
 	}
 }
@@ -46,8 +62,23 @@ func TestRenderMatchesEncodingJSON(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(3, 4))
 	names := []string{"epp-1", "epp-2", "epp-10", `odd"name`, "üñí", "a<b>&c", "tab\tname", "epp-3"}
 	set := map[string]peers.PeerMetadata{}
+	probes := map[string]reachability.Status{}
 	var r docRenderer
+	at := time.Date(2026, 11, 30, 1, 2, 3, 456789000, time.UTC)
 	for step := range 2000 {
+		for id := range set {
+			if rnd.IntN(10) == 0 { // a probe result: unprobed, reachable or not
+				switch rnd.IntN(3) {
+				case 0:
+					delete(probes, id)
+				case 1:
+					probes[id] = reachability.Status{Probed: true, Reachable: true, LastProbe: at.Add(time.Duration(step) * time.Second), ConnectTime: time.Duration(rnd.IntN(5000)) * time.Microsecond}
+				default:
+					probes[id] = reachability.Status{Probed: true, LastProbe: at, Error: []string{"timeout", `dial "x": refused`}[rnd.IntN(2)]}
+				}
+			}
+		}
+		probe := func(id string) reachability.Status { return probes[id] }
 		for range 1 + rnd.IntN(3) {
 			p := peers.PeerMetadata{Namespace: []string{"ns", "other"}[rnd.IntN(2)], Name: names[rnd.IntN(len(names))],
 				Address: fmt.Sprintf("10.0.0.%d", rnd.IntN(4)), Port: int32(9000 + rnd.IntN(2)), Ready: rnd.IntN(2) == 0}
@@ -64,13 +95,16 @@ func TestRenderMatchesEncodingJSON(t *testing.T) {
 		peers.SortByID(ps)
 		head := peers.Document{Enabled: true, Source: "endpointslice", Synced: ptr.To(step%2 == 0), Stale: ptr.To(step%3 == 0),
 			Self: &peers.SelfDocument{Name: names[step%len(names)], Addresses: []string{}}, LastError: `dial "x": refused`}
-		got := r.render(head, slices.Clone(ps))
+		got := r.render(head, slices.Clone(ps), probe)
 		var fresh docRenderer
-		if again := fresh.render(head, ps); string(again) != string(got) {
+		if again := fresh.render(head, ps, probe); string(again) != string(got) {
 			t.Fatalf("step %d: reused rendering differs from a fresh one:\n%s\n%s", step, got, again)
 		}
 		want := head
 		want.Peers = peers.Entries(ps)
+		for i := range want.Peers {
+			withProbe(&want.Peers[i], probes[ps[i].ID()])
+		}
 		std, err := json.Marshal(want)
 		if err != nil {
 			t.Fatal(err)
@@ -105,19 +139,19 @@ func BenchmarkDocument(b *testing.B) {
 	sets := [][]peers.PeerMetadata{ps, other}
 	b.Run("renderer, one peer changed", func(b *testing.B) {
 		var r docRenderer
-		r.render(head, ps)
+		r.render(head, ps, nil)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
 			i++
-			r.render(head, sets[i%2])
+			r.render(head, sets[i%2], nil)
 		}
 	})
 	b.Run("renderer, from scratch", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var r docRenderer
-			r.render(head, ps)
+			r.render(head, ps, nil)
 		}
 	})
 	b.Run("encoding/json MarshalIndent", func(b *testing.B) {

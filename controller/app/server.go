@@ -9,6 +9,7 @@ import (
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 )
 
 func (a *App) metricsHandler() http.Handler {
@@ -57,7 +58,36 @@ func (a *App) Ready() error {
 func (a *App) Document() peers.Document {
 	doc, ps := a.document()
 	doc.Peers = peers.Entries(ps)
+	for i := range doc.Peers {
+		withProbe(&doc.Peers[i], a.probeStatus(ps[i].ID()))
+	}
 	return doc
+}
+
+// probeStatus is what the reachability probes found for a peer (zero with probing
+// off, or before its first probe).
+func (a *App) probeStatus(id string) reachability.Status {
+	if a.prober == nil {
+		return reachability.Status{}
+	}
+	st, _ := a.prober.Status(id)
+	return st
+}
+
+// withProbe sets a document entry's reachability fields from st (none before the
+// peer's first probe).
+func withProbe(e *peers.PeerEntry, st reachability.Status) {
+	if !st.Probed {
+		return
+	}
+	reachable, at := st.Reachable, st.LastProbe.UTC()
+	e.Reachable, e.LastProbe = &reachable, &at
+	if st.Reachable {
+		secs := st.ConnectTime.Seconds()
+		e.ConnectSeconds = &secs
+	} else {
+		e.ProbeError = st.Error
+	}
 }
 
 // document is the /debug/peers document without its peers, and the peers.
@@ -95,20 +125,31 @@ func (a *App) document() (peers.Document, []peers.PeerMetadata) {
 	return doc, snap.Peers
 }
 
-// rendering is the /debug/peers document of one generation of the publisher.
+// rendering is the /debug/peers document of one generation of the publisher and
+// of the prober.
 type rendering struct {
-	gen  uint64
+	gen  generation
 	json []byte
+}
+
+type generation struct{ pub, probes uint64 }
+
+func (a *App) generation() generation {
+	var g generation
+	if a.pub != nil {
+		g.pub, _ = a.pub.Generation()
+	}
+	if a.prober != nil {
+		g.probes, _ = a.prober.Generation()
+	}
+	return g
 }
 
 // documentJSON is the /debug/peers document as served and written to the snapshot
 // file, rendered once per change of the set or the status (reusing the entries of
 // unchanged peers) and then served from that rendering.
 func (a *App) documentJSON() []byte {
-	var gen uint64
-	if a.pub != nil {
-		gen, _ = a.pub.Generation()
-	}
+	gen := a.generation()
 	if r := a.rendered.Load(); r != nil && r.gen == gen {
 		return r.json
 	}
@@ -118,7 +159,7 @@ func (a *App) documentJSON() []byte {
 		return r.json // rendered while this call waited
 	}
 	doc, ps := a.document()
-	b := a.renderer.render(doc, ps)
+	b := a.renderer.render(doc, ps, a.probeStatus)
 	a.rendered.Store(&rendering{gen: gen, json: b})
 	return b
 }

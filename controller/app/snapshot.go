@@ -24,9 +24,15 @@ func (a *App) writeSnapshots(ctx context.Context) error {
 		}
 	}
 	for {
-		var changed <-chan struct{}
+		// The file follows the set, the status and the peers' reachability; not
+		// every probe's time (the GET serves those), which would rewrite it
+		// continuously.
+		var changed, flipped <-chan struct{}
 		if a.pub != nil {
 			_, changed = a.pub.Generation()
+		}
+		if a.prober != nil {
+			_, flipped = a.prober.Generation()
 		}
 		if err := WriteFileAtomic(path, a.documentJSON()); err != nil {
 			metrics.Errors.WithLabelValues(metrics.ReasonSnapshot).Inc()
@@ -43,6 +49,7 @@ func (a *App) writeSnapshots(ctx context.Context) error {
 			_ = WriteFileAtomic(path, a.documentJSON())
 			return nil
 		case <-changed: // nil with peer discovery off: the document never changes
+		case <-flipped:
 		}
 	}
 }

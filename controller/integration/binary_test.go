@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -84,6 +85,15 @@ func TestBinaryRejectsInvalidFlags(t *testing.T) {
 // checks that it exited cleanly.
 func startBinary(t *testing.T, bin string, args, env []string) *syncBuffer {
 	t.Helper()
+	out, _ := startStoppableBinary(t, bin, args, env)
+	return out
+}
+
+// startStoppableBinary runs bin and returns its output and a function that stops it
+// (SIGTERM; it must exit with code 0 within 20 s), which the test's cleanup also
+// calls.
+func startStoppableBinary(t *testing.T, bin string, args, env []string) (*syncBuffer, func()) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	out := &syncBuffer{}
@@ -93,22 +103,28 @@ func startBinary(t *testing.T, bin string, args, env []string) *syncBuffer {
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("epp exited with %v after SIGTERM; output:\n%s", err, out.String())
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("epp exited with %v after SIGTERM; output:\n%s", err, out.String())
+				}
+			case <-time.After(20 * time.Second):
+				_ = cmd.Process.Kill()
+				t.Errorf("epp did not stop within 20s of SIGTERM; output:\n%s", out.String())
 			}
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Errorf("epp did not stop within 20s of SIGTERM; output:\n%s", out.String())
-		}
+		})
+	}
+	t.Cleanup(func() {
+		stop()
 		if t.Failed() {
 			t.Logf("epp output:\n%s", out.String())
 		}
 	})
-	return out
+	return out, stop
 }
 
 func TestBinaryServesPeers(t *testing.T) {

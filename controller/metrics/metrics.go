@@ -22,6 +22,12 @@ const (
 	ReasonStale     = "stale"     // the source became stale (see Stale)
 )
 
+// Results of a reachability probe, in the probes_total metric.
+const (
+	ProbeOK     = "ok"
+	ProbeFailed = "failed"
+)
+
 var (
 	// Peers is the number of peers in the published set.
 	Peers = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -82,10 +88,30 @@ var (
 		Help:    "Time from the change that triggered an EndpointSlice update (its endpoints.kubernetes.io/last-change-trigger-time annotation, set by the EndpointSlice controller) to the moment the resulting peer change was published.",
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	})
+	// UnreachablePeers counts the peers whose last reachability probe failed
+	// (--epp-peer-probe-interval; 0 with probing off).
+	UnreachablePeers = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "epp_peer_discovery_unreachable_peers",
+		Help: "Peers whose last TCP probe of their peer-sync port failed (probing on, --epp-peer-probe-interval). They stay peers.",
+	})
+	// Probes counts reachability probes by result.
+	Probes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_discovery_probes_total",
+		Help: "TCP probes of peers' peer-sync ports, by result (ok, failed).",
+	}, []string{"result"})
+	// ProbeConnect times the successful probe connections.
+	ProbeConnect = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "epp_peer_discovery_probe_connect_seconds",
+		Help:    "Time to open a TCP connection to a peer's peer-sync port, for probes that connected.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 10),
+	})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(Peers, Upserts, Deletes, Errors, Synced, LastChange, EndpointSlices, Recompute, Stale, StaleTransitions, PropagationDelay)
+	ctrlmetrics.Registry.MustRegister(Peers, Upserts, Deletes, Errors, Synced, LastChange, EndpointSlices, Recompute, Stale, StaleTransitions, PropagationDelay,
+		UnreachablePeers, Probes, ProbeConnect)
+	Probes.WithLabelValues(ProbeOK)
+	Probes.WithLabelValues(ProbeFailed)
 	for _, r := range []string{ReasonForbidden, ReasonWatch, ReasonList, ReasonParse, ReasonRead, ReasonSnapshot} {
 		Errors.WithLabelValues(r)
 	}

@@ -51,6 +51,13 @@ type entry struct {
 	Ready       *bool `json:"ready,omitempty"`
 	Serving     *bool `json:"serving,omitempty"`
 	Terminating *bool `json:"terminating,omitempty"`
+	// What the writer's reachability probes found: ignored, since reachability is
+	// each replica's own view (a sidecar's snapshot carries it to its EPP, which
+	// reads it from the file directly if it wants it).
+	Reachable      *bool    `json:"reachable,omitempty"`
+	LastProbe      string   `json:"lastProbe,omitempty"`
+	ConnectSeconds *float64 `json:"connectSeconds,omitempty"`
+	ProbeError     string   `json:"probeError,omitempty"`
 }
 
 // Parse reads a peers file's content. The result is ordered by ID. The error names

@@ -38,6 +38,11 @@ func TestParse(t *testing.T) {
 			"staleSince": "2026-11-29T10:00:00Z", "staleReason": "refused", "lastError": "dial tcp: connection refused",
 			"peers": [{"id": "ns/epp-1", "name": "epp-1", "namespace": "ns", "address": "10.0.0.2", "port": 9005}]}`,
 			[]peers.PeerMetadata{rp("ns", "epp-1", "10.0.0.2", 9005)}},
+		{"the document of a replica that probes its peers", `{"enabled": true, "peers": [
+			{"id": "ns/epp-1", "name": "epp-1", "namespace": "ns", "address": "10.0.0.2", "port": 9005, "ready": true, "serving": true, "terminating": false,
+			 "reachable": false, "lastProbe": "2026-11-29T10:00:00Z", "probeError": "timeout"},
+			{"id": "ns/epp-2", "name": "epp-2", "namespace": "ns", "address": "10.0.0.3", "port": 9005, "reachable": true, "connectSeconds": 0.0004}]}`,
+			[]peers.PeerMetadata{rp("ns", "epp-1", "10.0.0.2", 9005), rp("ns", "epp-2", "10.0.0.3", 9005)}},
 		{"conditions as /debug/peers gives them", `{"peers": [
 			{"name": "a", "address": "10.0.0.1", "ready": false},
 			{"name": "b", "address": "10.0.0.2", "ready": false, "serving": true, "terminating": true}]}`,

@@ -48,6 +48,15 @@ type PeerEntry struct {
 	Ready       bool `json:"ready"`
 	Serving     bool `json:"serving"`
 	Terminating bool `json:"terminating"`
+	// Reachable, LastProbe, ConnectSeconds and ProbeError are present only with
+	// reachability probing on (--epp-peer-probe-interval), once the peer was
+	// probed: whether the last TCP connection to its peer-sync port succeeded, when
+	// that probe started, how long a successful connection took, and the error of
+	// a failed one. They never change who is a peer.
+	Reachable      *bool      `json:"reachable,omitempty"`
+	LastProbe      *time.Time `json:"lastProbe,omitempty"`
+	ConnectSeconds *float64   `json:"connectSeconds,omitempty"`
+	ProbeError     string     `json:"probeError,omitempty"`
 }
 
 // DisabledDocument is what a replica with peer discovery off serves.
