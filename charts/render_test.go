@@ -114,20 +114,21 @@ func TestRender(t *testing.T) {
 		wantPDB     bool
 		wantReplica int32
 		wantEnv     []string
+		wantNetpol  bool
 		check       func(t *testing.T, r rendered)
 	}{
 		{name: "default: peer discovery off", values: nil, wantArgs: base, wantPDB: true, wantReplica: 3},
 		{name: "enabled", values: vals("router.epp.peerDiscovery.enabled", true),
-			wantArgs: append(base, "--enable-peer-discovery", "--epp-peer-service=epp"),
+			wantArgs: append(base, "--peer-sync-bind-address=:9005", "--enable-peer-discovery", "--epp-peer-service=epp"),
 			peerPort: map[string]int32{"peer-sync": 9005}, wantPDB: true, wantReplica: 3},
 		{name: "enabled with custom serviceName, portName and port",
 			values: vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.serviceName", "epp-peers",
 				"router.epp.peerDiscovery.portName", "state-sync", "router.epp.peerDiscovery.port", 7000),
-			wantArgs: append(base, "--enable-peer-discovery", "--epp-peer-service=epp-peers", "--epp-peer-port-name=state-sync", "--epp-peer-port=7000"),
+			wantArgs: append(base, "--peer-sync-bind-address=:7000", "--enable-peer-discovery", "--epp-peer-service=epp-peers", "--epp-peer-port-name=state-sync", "--epp-peer-port=7000"),
 			peerPort: map[string]int32{"state-sync": 7000}, wantPDB: true, wantReplica: 3},
 		{name: "enabled with membership alive",
 			values:   vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.membership", "alive"),
-			wantArgs: append(base, "--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-membership=alive"),
+			wantArgs: append(base, "--peer-sync-bind-address=:9005", "--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-membership=alive"),
 			peerPort: map[string]int32{"peer-sync": 9005}, wantPDB: true, wantReplica: 3},
 		{name: "membership without peer discovery renders nothing", values: vals("router.epp.peerDiscovery.membership", "alive"),
 			wantArgs: base, wantPDB: true, wantReplica: 3},
@@ -150,7 +151,7 @@ func TestRender(t *testing.T) {
 			}},
 		{name: "user flags, sorted, with peer discovery on",
 			values:   vals("router.epp.peerDiscovery.enabled", true, "router.epp.flags", map[string]any{"zap-log-level": "debug", "zap-devel": true, "v": 2}),
-			wantArgs: append(base, "--enable-peer-discovery", "--epp-peer-service=epp", "--v=2", "--zap-devel=true", "--zap-log-level=debug"),
+			wantArgs: append(base, "--peer-sync-bind-address=:9005", "--enable-peer-discovery", "--epp-peer-service=epp", "--v=2", "--zap-devel=true", "--zap-log-level=debug"),
 			peerPort: map[string]int32{"peer-sync": 9005}, wantPDB: true, wantReplica: 3},
 	}
 	for _, tc := range tests {
@@ -165,6 +166,9 @@ func TestRender(t *testing.T) {
 			}
 			if enabled {
 				want = append(want, "Role/team-a/epp-peer-discovery", "RoleBinding/team-a/epp-peer-discovery")
+			}
+			if tc.wantNetpol {
+				want = append(want, "NetworkPolicy/team-a/epp-peer-sync")
 			}
 			slices.Sort(want)
 			got := r.keys()

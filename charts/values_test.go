@@ -15,14 +15,15 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
 )
 
-func container(t *testing.T, cs []corev1.Container, name string) corev1.Container {
+// eppContainer is the container named epp, wherever it is in the list.
+func eppContainer(t *testing.T, cs []corev1.Container) corev1.Container {
 	t.Helper()
 	for _, c := range cs {
-		if c.Name == name {
+		if c.Name == "epp" {
 			return c
 		}
 	}
-	t.Fatalf("no container %q among %d", name, len(cs))
+	t.Fatalf("no container epp among %d", len(cs))
 	return corev1.Container{}
 }
 
@@ -226,7 +227,7 @@ func TestSidecarMode(t *testing.T) {
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		t.Fatal("the pod automounts the ServiceAccount token: only the sidecar may have it")
 	}
-	epp := container(t, pod.Containers, "epp")
+	epp := eppContainer(t, pod.Containers)
 	if epp.Image != "example.com/my-epp:1.0" || !slices.Equal(epp.Command, []string{"/my-epp"}) || !slices.Equal(epp.Args, []string{"--config=/etc/epp.yaml"}) {
 		t.Fatalf("EPP container %s %v %v: image, command and args must be the user's", epp.Image, epp.Command, epp.Args)
 	}

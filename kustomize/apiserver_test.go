@@ -16,7 +16,9 @@ func TestOverlaysAcceptedUnderRestrictedPodSecurity(t *testing.T) {
 		components []string
 	}{{"default", false, nil}, {"peer-discovery", true, []string{"peer-discovery"}},
 		{"alive", true, []string{"peer-discovery", "peer-membership-alive"}},
-		{"sidecar", true, []string{"peer-discovery-sidecar"}}} {
+		{"sidecar", true, []string{"peer-discovery-sidecar"}},
+		{"probing", true, []string{"peer-discovery", "peer-probe", "peer-network-policy"}},
+		{"sidecar-probing", true, []string{"peer-discovery-sidecar", "peer-probe-sidecar", "peer-network-policy"}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := accept.RestrictedNamespace(t, env, "kust-"+tc.name)
 			objs := userOverlay(t, ns, "", tc.components...)

@@ -88,7 +88,7 @@ func TestOverlays(t *testing.T) {
 		{"/kustomize/overlays/default", false, []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081"}},
 		{"/kustomize/base", false, []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081"}},
 		{"/kustomize/overlays/peer-discovery", true, []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081",
-			"--enable-peer-discovery", "--epp-peer-service", "epp"}},
+			"--peer-sync-bind-address=:9005", "--enable-peer-discovery", "--epp-peer-service", "epp"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.dir, func(t *testing.T) {

@@ -54,6 +54,11 @@ patches:
 				t.Fatalf("epp container args %v lack the membership", epp.Args)
 			}
 		}},
+		{[]string{"peer-discovery", "peer-probe"}, func(t *testing.T, epp corev1.Container, _ corev1.PodSpec) {
+			if !slices.ContainsFunc(epp.Env, func(e corev1.EnvVar) bool { return e.Name == "EPP_PEER_PROBE_INTERVAL" && e.Value == "5s" }) {
+				t.Fatalf("epp container env %v lacks the probe interval", epp.Env)
+			}
+		}},
 		{[]string{"peer-discovery-sidecar"}, func(t *testing.T, epp corev1.Container, pod corev1.PodSpec) {
 			if !slices.ContainsFunc(epp.Env, func(e corev1.EnvVar) bool { return e.Name == "EPP_PEERS_FILE" }) || len(pod.InitContainers) != 1 {
 				t.Fatalf("sidecar mode: epp env %v, init containers %d", epp.Env, len(pod.InitContainers))

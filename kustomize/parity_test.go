@@ -8,8 +8,10 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
@@ -33,6 +35,10 @@ type view struct {
 	ServiceType  corev1.ServiceType
 
 	MaxUnavailable string
+
+	PolicySelector *metav1.LabelSelector
+	PolicyTypes    []networkingv1.PolicyType
+	Ingress        []networkingv1.NetworkPolicyIngressRule
 }
 
 // containerView is what must be equal for one container.
@@ -97,6 +103,8 @@ func views(objs []client.Object) map[string]view {
 			v.ServicePorts, v.ServiceType = o.Spec.Ports, o.Spec.Type
 		case *policyv1.PodDisruptionBudget:
 			v.MaxUnavailable = o.Spec.MaxUnavailable.String()
+		case *networkingv1.NetworkPolicy:
+			v.PolicySelector, v.PolicyTypes, v.Ingress = &o.Spec.PodSelector, o.Spec.PolicyTypes, o.Spec.Ingress
 		}
 		out[render.Key(o)] = v
 	}
@@ -119,6 +127,12 @@ func TestParityWithHelm(t *testing.T) {
 		{"on, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive"}, []string{"peer-discovery", "peer-membership-alive"}},
 		{"sidecar", "epp", "", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}},
 		{"sidecar, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}},
+		{"probing and network policy", "epp", "", map[string]any{"enabled": true, "probeInterval": "5s", "networkPolicy": map[string]any{"enabled": true}},
+			[]string{"peer-discovery", "peer-probe", "peer-network-policy"}},
+		{"probing, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive", "probeInterval": "5s"},
+			[]string{"peer-discovery", "peer-membership-alive", "peer-probe"}},
+		{"sidecar, probing and network policy", "epp", "", map[string]any{"enabled": true, "mode": "sidecar", "probeInterval": "5s", "networkPolicy": map[string]any{"enabled": true}},
+			[]string{"peer-discovery-sidecar", "peer-probe-sidecar", "peer-network-policy"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var values map[string]any

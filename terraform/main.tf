@@ -21,12 +21,14 @@ locals {
           },
         )]
         peerDiscovery = {
-          enabled     = var.peer_discovery_enabled
-          serviceName = var.peer_service_name
-          portName    = var.peer_port_name
-          port        = var.peer_port
-          membership  = var.peer_membership
-          mode        = var.peer_discovery_mode
+          enabled       = var.peer_discovery_enabled
+          serviceName   = var.peer_service_name
+          portName      = var.peer_port_name
+          port          = var.peer_port
+          membership    = var.peer_membership
+          mode          = var.peer_discovery_mode
+          probeInterval = var.peer_probe_interval
+          networkPolicy = { enabled = var.peer_network_policy }
         }
       }
     }

@@ -78,6 +78,7 @@ func TestValidationMessages(t *testing.T) {
 		{"port name", map[string]any{"namespace": "ns", "peer_port_name": "Peer_Sync"}, "peer_port_name must be a port name"},
 		{"release name", map[string]any{"namespace": "ns", "release_name": "EPP"}, "release_name must be a DNS-1123 label"},
 		{"membership", map[string]any{"namespace": "ns", "peer_membership": "leader"}, `peer_membership must be "ready" or "alive"`},
+		{"probe interval", map[string]any{"namespace": "ns", "peer_probe_interval": "5 seconds"}, `peer_probe_interval must be a duration`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := *opts

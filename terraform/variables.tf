@@ -143,6 +143,23 @@ variable "peer_membership" {
   }
 }
 
+variable "peer_probe_interval" {
+  description = "Probe every peer's peer-sync port (a TCP connect, about this often, jittered) and report reachability per peer in /debug/peers, e.g. \"5s\"; \"\" is off. Probing never changes who is a peer."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = can(regex("^(0|([0-9]+(\\.[0-9]+)?(ms|s|m|h))+)?$", var.peer_probe_interval))
+    error_message = "peer_probe_interval must be a duration such as \"5s\" or \"500ms\", or \"\" for off."
+  }
+}
+
+variable "peer_network_policy" {
+  description = "Create a NetworkPolicy that admits the peer-sync port only from this release's pods (every other port stays open to all). Enforced only where the cluster's network plugin enforces NetworkPolicy."
+  type        = bool
+  default     = false
+}
+
 variable "extra_env" {
   description = "Extra environment variables of the epp container, shaped like Kubernetes EnvVar objects: {name, value} or {name, valueFrom}."
   type = list(object({

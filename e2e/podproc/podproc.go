@@ -374,6 +374,12 @@ func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Repl
 		if strings.HasPrefix(a, "--metrics-bind-address") || strings.HasPrefix(a, "--health-probe-bind-address") || strings.HasPrefix(a, "--kubeconfig") {
 			continue
 		}
+		if strings.HasPrefix(a, "--peer-sync-bind-address") {
+			// Every pod's port on 127.0.0.1 of its own, as each pod has its own IP.
+			// Nothing dials it: the local backend never probes (its pod IPs are fake).
+			p.Args = append(p.Args, "--peer-sync-bind-address="+testenv.FreeAddr())
+			continue
+		}
 		a = varRef.ReplaceAllStringFunc(a, func(ref string) string {
 			if ref == "$$" {
 				return "$"

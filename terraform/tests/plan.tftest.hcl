@@ -37,12 +37,14 @@ run "peer_discovery_on" {
 
   assert {
     condition = yamldecode(helm_release.this.values[0]).router.epp.peerDiscovery == {
-      enabled     = true
-      serviceName = null
-      portName    = "peer-sync"
-      port        = 9005
-      membership  = "ready"
-      mode        = "epp"
+      enabled       = true
+      serviceName   = null
+      portName      = "peer-sync"
+      port          = 9005
+      membership    = "ready"
+      mode          = "epp"
+      probeInterval = ""
+      networkPolicy = { enabled = false }
     }
     error_message = "peer discovery on must hand enabled=true with the default port to the chart"
   }
@@ -62,12 +64,14 @@ run "custom_service_and_port" {
 
   assert {
     condition = yamldecode(helm_release.this.values[0]).router.epp.peerDiscovery == {
-      enabled     = true
-      serviceName = "epp-peers"
-      portName    = "state-sync"
-      port        = 7000
-      membership  = "alive"
-      mode        = "epp"
+      enabled       = true
+      serviceName   = "epp-peers"
+      portName      = "state-sync"
+      port          = 7000
+      membership    = "alive"
+      mode          = "epp"
+      probeInterval = ""
+      networkPolicy = { enabled = false }
     }
     error_message = "custom service, port name and port must reach the chart"
   }
@@ -194,6 +198,33 @@ run "sidecar_mode" {
     condition     = yamldecode(helm_release.this.values[0]).router.epp.args == ["--config=/etc/epp.yaml"] && yamldecode(helm_release.this.values[0]).router.epp.image.repository == "example.com/my-epp"
     error_message = "the EPP's image and args must reach the chart"
   }
+}
+
+run "probing_and_network_policy" {
+  command = plan
+
+  variables {
+    peer_discovery_enabled = true
+    peer_probe_interval    = "5s"
+    peer_network_policy    = true
+  }
+
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.peerDiscovery.probeInterval == "5s"
+    error_message = "peer_probe_interval must reach the chart"
+  }
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.peerDiscovery.networkPolicy.enabled == true
+    error_message = "peer_network_policy must reach the chart"
+  }
+}
+
+run "rejects_a_probe_interval_without_a_unit" {
+  command = plan
+  variables {
+    peer_probe_interval = "5"
+  }
+  expect_failures = [var.peer_probe_interval]
 }
 
 run "rejects_an_unknown_mode" {

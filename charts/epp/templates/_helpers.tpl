@@ -98,7 +98,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* A flags map rendered as args, sorted by name; managed flags are refused. Call with (dict "flags" <map> "path" <value path>). */}}
 {{- define "epp.userFlags" -}}
-{{- $managed := list "enable-peer-discovery" "epp-peer-service" "epp-peer-file" "epp-peer-port-name" "epp-peer-port" "epp-peer-membership" "epp-peer-snapshot-file" "metrics-bind-address" "health-probe-bind-address" "pool-namespace" }}
+{{- $managed := list "enable-peer-discovery" "epp-peer-service" "epp-peer-file" "epp-peer-port-name" "epp-peer-port" "epp-peer-membership" "epp-peer-snapshot-file" "epp-peer-probe-interval" "peer-sync-bind-address" "metrics-bind-address" "health-probe-bind-address" "pool-namespace" }}
 {{- $flags := .flags | default dict }}
 {{- range $name := keys $flags | sortAlpha }}
 {{- if has $name $managed }}
@@ -115,12 +115,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
-{{/* The args of epp as the EPP container (mode epp): managed flags first, then the user's flags sorted by name. */}}
+{{/* The args of epp as the EPP container (mode epp): managed flags first (the listeners, then peer discovery's), then the user's flags sorted by name. epp answers on the peer-sync port so that its peers' probes succeed. */}}
 {{- define "epp.args" -}}
 {{- $epp := .Values.router.epp -}}
 - --metrics-bind-address=:{{ $epp.ports.metrics }}
 - --health-probe-bind-address=:{{ $epp.ports.probes }}
 {{- if $epp.peerDiscovery.enabled }}
+- --peer-sync-bind-address=:{{ $epp.peerDiscovery.port }}
 {{- include "epp.peerFlags" . }}
 {{- end }}
 {{- include "epp.userFlags" (dict "flags" $epp.flags "path" "router.epp.flags") }}
@@ -134,6 +135,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- include "epp.peerFlags" . }}
 - --epp-peer-snapshot-file={{ include "epp.peersDir" . }}/peers.json
 {{- include "epp.userFlags" (dict "flags" $sc.flags "path" "router.epp.peerDiscovery.sidecar.flags") }}
+{{- end }}
+
+{{/* The env that turns reachability probing on, for the container that runs discovery; before the identity env, where kustomize's component puts it too. */}}
+{{- define "epp.probeEnv" -}}
+{{- with .Values.router.epp.peerDiscovery.probeInterval }}
+- name: EPP_PEER_PROBE_INTERVAL
+  value: {{ . | quote }}
+{{- end }}
 {{- end }}
 
 {{/* The downward-API identity env of epp. */}}
