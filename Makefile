@@ -131,10 +131,12 @@ KIND         := $(BIN)/kind
 KIND_CLUSTER ?= epp-e2e
 # Empty: kind's own node image where it is here or can be pulled, else the offline one.
 KIND_NODE_IMAGE ?=
+# 3: one control plane and two workers (the reachability checks need them); 1: faster.
+KIND_NODES ?= 3
 OFFLINE_NODE_IMAGE := epp-peer-discovery/kind-node:$(K8S_VERSION)
 DOCKER_STATE := $(ROOT)/.cache/docker
 KIND_STATE   := $(ROOT)/.cache/kind
-export KIND_VERSION KIND_NODE_IMAGE OFFLINE_NODE_IMAGE
+export KIND_VERSION KIND_NODE_IMAGE KIND_NODES OFFLINE_NODE_IMAGE
 # The engine docker-up started (recursively expanded, so a recipe sees it once written).
 DOCKER_HOST ?= $(shell cat $(DOCKER_STATE)/host 2>/dev/null)
 export DOCKER_HOST
@@ -166,7 +168,7 @@ $(KIND):
 kind: $(KIND) ## Build kind from the Go module proxy into bin/kind.
 
 .PHONY: kind-up
-kind-up: docker-up kind k8s ## Create the kind cluster KIND_CLUSTER behind a DOCKER-USER fence; wait for kube-proxy.
+kind-up: docker-up kind k8s ## Create the kind cluster KIND_CLUSTER (KIND_NODES=3 nodes, or 1) behind a DOCKER-USER fence; wait for the nodes and kube-proxy.
 	hack/kind/kind-up.sh $(KIND) $(KIND_CLUSTER) "$(KIND_NODE_IMAGE)" $(KIND_STATE)
 
 .PHONY: kind-down

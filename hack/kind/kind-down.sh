@@ -20,4 +20,12 @@ if [ -f "$state/fence-subnet" ]; then
   rm -f "$state/fence-subnet"
   echo "kind-down: removed the DOCKER-USER rule for $subnet"
 fi
+if [ -f "$state/fence-bridge" ]; then
+  bridge=$(cat "$state/fence-bridge")
+  while iptables -C DOCKER-USER -i "$bridge" -o "$bridge" -j RETURN 2>/dev/null; do
+    iptables -D DOCKER-USER -i "$bridge" -o "$bridge" -j RETURN
+  done
+  rm -f "$state/fence-bridge"
+fi
+rm -rf "${state:?}/cni"
 rm -f "$state/kubeconfig"
