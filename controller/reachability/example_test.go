@@ -31,9 +31,16 @@ func ExampleProber() {
 			conn.Close()
 		}
 	}()
-	down, _ := net.Listen("tcp", "127.0.0.1:0")
+	down, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return
+	}
 	down.Close() // nothing listens there any more
-	port := func(l net.Listener) int32 { _, p, _ := net.SplitHostPort(l.Addr().String()); n, _ := strconv.Atoi(p); return int32(n) }
+	port := func(l net.Listener) int32 {
+		_, p, _ := net.SplitHostPort(l.Addr().String())
+		n, _ := strconv.Atoi(p)
+		return int32(n)
+	}
 
 	store := peers.NewMemoryPeerStore()
 	store.UpsertPeer(peers.PeerMetadata{Namespace: "ns", Name: "epp-1", Address: "127.0.0.1", Port: port(up)})

@@ -104,8 +104,7 @@ type Prober struct {
 	mu      sync.Mutex
 	peers   map[string]*tracked // by peer ID
 	gen     uint64              // moves with every probe result
-	flips   uint64              // moves when a peer's Probed or Reachable changes
-	changed chan struct{}       // closed and replaced when flips moves
+	changed chan struct{}       // closed and replaced when a peer's Probed or Reachable changes
 }
 
 // tracked is one peer being probed.
@@ -266,7 +265,6 @@ func probeError(err error) string {
 func (p *Prober) bumpLocked(flipped bool) {
 	p.gen++
 	if flipped {
-		p.flips++
 		close(p.changed)
 		p.changed = make(chan struct{})
 	}
