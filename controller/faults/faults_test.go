@@ -25,6 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
@@ -32,6 +33,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/faultproxy"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 // Bounds the issue sets, with the defaults (4 s checks ±20%, 2.5 s timeout, 1-2 s
@@ -67,23 +69,29 @@ type replica struct {
 	proxy *faultproxy.Proxy
 	logs  *logs
 	ns    string
+	cs    kubernetes.Interface // an admin client of its API server, not through the proxy
 }
 
 // startReplica creates namespace ns with slices listing epp-1 and epp-2 (epp-0 is the
-// replica itself) and starts the replica through a proxy to the API server, with
-// the credentials of cfg (admin by default), and waits until it is ready.
+// replica itself) and starts the replica through a proxy to the suite's API server,
+// with the credentials of cfg (admin by default), and waits until it is ready.
 func startReplica(t *testing.T, cfg *rest.Config) *replica {
 	t.Helper()
+	return startReplicaOn(t, testenvOf(), cfg)
+}
+
+// startReplicaOn is startReplica on the API server of e (e's admin by default).
+func startReplicaOn(t *testing.T, e *testenv.Env, cfg *rest.Config) *replica {
+	t.Helper()
 	ctx := context.Background()
-	e := testenvOf()
 	ns, err := e.CreateNamespace(ctx, "fault", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	createSlice(t, ns, "epp-a", "epp-0", "10.0.0.1", "epp-1", "10.0.0.2")
-	createSlice(t, ns, "epp-b", "epp-2", "10.0.0.3")
+	createSlice(t, e.Clientset, ns, "epp-a", "epp-0", "10.0.0.1", "epp-1", "10.0.0.2")
+	createSlice(t, e.Clientset, ns, "epp-b", "epp-2", "10.0.0.3")
 	if cfg == nil {
-		cfg = admin
+		cfg = e.Config
 	}
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
@@ -121,12 +129,12 @@ func startReplica(t *testing.T, cfg *rest.Config) *replica {
 			t.Logf("replica logs:\n%s", l.String())
 		}
 	})
-	r := &replica{App: a, proxy: proxy, logs: l, ns: ns}
+	r := &replica{App: a, proxy: proxy, logs: l, ns: ns, cs: e.Clientset}
 	r.waitPeers(t, "start", 30*time.Second, "epp-1", "epp-2")
 	return r
 }
 
-func createSlice(t *testing.T, ns, name string, podIPs ...string) {
+func createSlice(t *testing.T, cs kubernetes.Interface, ns, name string, podIPs ...string) {
 	t.Helper()
 	var opts []slicegen.SliceOption
 	opts = append(opts, slicegen.Namespace(ns))
@@ -134,7 +142,7 @@ func createSlice(t *testing.T, ns, name string, podIPs ...string) {
 		opts = append(opts, slicegen.Pod(podIPs[i], podIPs[i+1]))
 	}
 	s := slicegen.Slice(name, opts...)
-	if _, err := adminCS.DiscoveryV1().EndpointSlices(ns).Create(context.Background(), &s, metav1.CreateOptions{}); err != nil {
+	if _, err := cs.DiscoveryV1().EndpointSlices(ns).Create(context.Background(), &s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -261,7 +269,7 @@ func runFault(t *testing.T, r *replica, f fault) {
 
 	f.restore(t, r)
 	restored := time.Now()
-	createSlice(t, r.ns, "epp-c", "epp-3", "10.0.0.4")
+	createSlice(t, r.cs, r.ns, "epp-c", "epp-3", "10.0.0.4")
 	within := f.recoverWithin
 	if within == 0 {
 		within = recoverWithin
@@ -440,7 +448,7 @@ func TestAPIServerRestart(t *testing.T) {
 			if err := adminCS.DiscoveryV1().EndpointSlices(r.ns).Delete(ctx, "epp-b", metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			createSlice(t, r.ns, "epp-b2", "epp-2", "10.0.0.3") // epp-2 moves to a new slice
+			createSlice(t, r.cs, r.ns, "epp-b2", "epp-2", "10.0.0.3") // epp-2 moves to a new slice
 			apiserver := env.ControlPlane.GetAPIServer()
 			if err := apiserver.Stop(); err != nil {
 				t.Fatal(err)

@@ -44,7 +44,7 @@ func TestNoThunderingHerd(t *testing.T) {
 	for i := range herdReplicas {
 		args = append(args, fmt.Sprintf("epp-%d", i), fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))
 	}
-	createSlice(t, ns, "epp-a", args...)
+	createSlice(t, adminCS, ns, "epp-a", args...)
 	u, err := url.Parse(admin.Host)
 	if err != nil {
 		t.Fatal(err)

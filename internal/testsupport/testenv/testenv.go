@@ -121,6 +121,23 @@ func WithoutFsync() Option {
 	}
 }
 
+// WithAPIServerFlag sets a kube-apiserver flag, e.g. ("watch-cache-sizes",
+// "endpointslices.discovery.k8s.io#0") to serve the watches of EndpointSlices from
+// etcd, where a compaction expires old resourceVersions.
+func WithAPIServerFlag(name, value string) Option {
+	return func(e *envtest.Environment) {
+		e.ControlPlane.GetAPIServer().Configure().Set(name, value)
+	}
+}
+
+// EtcdURL is the client URL of the environment's etcd (plain HTTP on 127.0.0.1).
+func (e *Env) EtcdURL() string {
+	if e.env == nil || e.env.ControlPlane.Etcd == nil || e.env.ControlPlane.Etcd.URL == nil {
+		return ""
+	}
+	return e.env.ControlPlane.Etcd.URL.String()
+}
+
 // Start starts etcd and kube-apiserver. Call Stop when done, also on failure.
 func Start(opts ...Option) (*Env, error) {
 	assets, err := AssetsDir()
