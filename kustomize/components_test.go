@@ -1,6 +1,7 @@
 package kustomize_test
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
@@ -91,7 +93,7 @@ patches:
 // have exactly the labels of the base's objects.
 func TestComponentObjectsCarryTheBaseLabels(t *testing.T) {
 	for _, c := range []string{"peer-discovery", "peer-discovery-sidecar"} {
-		objs := userOverlay(t, "team-a", "router-", c)
+		objs := userOverlay(t, "team-a", "router-", c, "peer-network-policy")
 		want := one[*corev1.ServiceAccount](t, objs).Labels
 		if len(want) < 4 {
 			t.Fatalf("base ServiceAccount labels %v", want)
@@ -101,6 +103,21 @@ func TestComponentObjectsCarryTheBaseLabels(t *testing.T) {
 		}
 		if diff := cmp.Diff(want, one[*rbacv1.RoleBinding](t, objs).Labels); diff != "" {
 			t.Errorf("%s: RoleBinding labels (-base +RoleBinding):\n%s", c, diff)
+		}
+		np := one[*networkingv1.NetworkPolicy](t, objs)
+		if diff := cmp.Diff(want, np.Labels); diff != "" {
+			t.Errorf("%s: NetworkPolicy labels (-base +NetworkPolicy):\n%s", c, diff)
+		}
+		// The policy selects exactly the Deployment's pods and admits peer-sync from
+		// them; an empty selector would select, and admit, every pod of the namespace.
+		sel := one[*appsv1.Deployment](t, objs).Spec.Selector.MatchLabels
+		if len(sel) == 0 || !maps.Equal(np.Spec.PodSelector.MatchLabels, sel) || len(np.Spec.Ingress[0].From) != 1 ||
+			!maps.Equal(np.Spec.Ingress[0].From[0].PodSelector.MatchLabels, sel) {
+			t.Errorf("%s: NetworkPolicy %s selects %v and admits %v, want the Deployment's selector %v",
+				c, np.Name, np.Spec.PodSelector, np.Spec.Ingress[0].From, sel)
+		}
+		if np.Name != "router-epp-peer-sync" {
+			t.Errorf("%s: NetworkPolicy name %q, want the prefix applied", c, np.Name)
 		}
 	}
 }
