@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
@@ -155,7 +156,51 @@ func Start(ctx context.Context, bins Binaries, progress io.Writer, opts ...Optio
 	if err := c.waitReady(ctx, 2*time.Minute); err != nil {
 		return c, err
 	}
+	if err := c.warmUpPodIPs(ctx, time.Minute); err != nil {
+		return c, err
+	}
 	return c, nil
+}
+
+// warmUpPodIPs runs one pod through KWOK before any test does. KWOK v0.8.0 creates a
+// CIDR's IP pool on first use without holding a lock (a load, then a store), so
+// pods that reach it together at the very start can each get a pool of their own
+// and the same IP (seen: two replicas with 10.244.0.1, each then its own "self").
+// One pod first makes the pool exist; it is deleted again.
+func (c *Cluster) warmUpPodIPs(ctx context.Context, timeout time.Duration) error {
+	pods := c.Clientset.CoreV1().Pods("default")
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "kwok-ip-warm-up"},
+		Spec: corev1.PodSpec{NodeName: NodeName, Containers: []corev1.Container{{Name: "warm-up", Image: "none"}},
+			AutomountServiceAccountToken: ptr.To(false)},
+	}
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("creating the IP warm-up pod: %w", err)
+	}
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("phase %s, IP %q", p.Status.Phase, p.Status.PodIP)
+		return p.Status.PodIP != "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("the IP warm-up pod got no IP from KWOK within %s: %w (last: %s)", timeout, err, last)
+	}
+	if err := pods.Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		return fmt.Errorf("deleting the IP warm-up pod: %w", err)
+	}
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		_, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		return fmt.Errorf("the IP warm-up pod was not gone within %s: %w", timeout, err)
+	}
+	return nil
 }
 
 func (c *Cluster) start(name, bin string, args ...string) error {
