@@ -20,8 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,6 +29,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/faultproxy"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
@@ -43,31 +42,11 @@ const (
 	recoverWithin = 5 * time.Second
 )
 
-// logs collects an app's log lines.
-type logs struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logs) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		fmt.Fprintln(&l.buf, prefix, args)
-	}, funcr.Options{})
-}
-
-func (l *logs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 // replica is an epp app (replica epp-0) whose API server is reached through proxy.
 type replica struct {
 	*app.App
 	proxy *faultproxy.Proxy
-	logs  *logs
+	logs  *capture.Buffer
 	ns    string
 	cs    kubernetes.Interface // an admin client of its API server, not through the proxy
 }
@@ -104,7 +83,7 @@ func startReplicaOn(t *testing.T, e *testenv.Env, cfg *rest.Config) *replica {
 	t.Cleanup(proxy.Close)
 	through := rest.CopyConfig(cfg)
 	through.Host = "https://" + proxy.Addr()
-	l := &logs{}
+	l := &capture.Buffer{}
 	opts, err := app.Parse([]string{"--enable-peer-discovery", "--epp-peer-service=epp",
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"},
 		func(k string) string {
@@ -113,7 +92,7 @@ func startReplicaOn(t *testing.T, e *testenv.Env, cfg *rest.Config) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(opts, through, l.logger())
+	a, err := app.New(opts, through, l.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,6 @@
 package faults_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -21,6 +20,8 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/faultproxy"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 )
 
 const herdReplicas = 50
@@ -64,7 +65,7 @@ func TestNoThunderingHerd(t *testing.T) {
 
 	type proc struct {
 		cmd     *exec.Cmd
-		out     *lockedBuffer
+		out     *capture.Buffer
 		metrics string
 		done    chan struct{}
 	}
@@ -84,7 +85,7 @@ func TestNoThunderingHerd(t *testing.T) {
 	for i := range herdReplicas {
 		// Each replica binds a port of its choice and logs it: no race for ports with
 		// the machine's other connections.
-		p := &proc{out: &lockedBuffer{}, done: make(chan struct{})}
+		p := &proc{out: &capture.Buffer{}, done: make(chan struct{})}
 		p.cmd = exec.Command(bin, "--enable-peer-discovery", "--epp-peer-service=epp", "--kubeconfig="+kubeconfig,
 			"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0")
 		p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "NAMESPACE=" + ns, fmt.Sprintf("POD_NAME=epp-%d", i)}
@@ -195,24 +196,6 @@ func TestNoThunderingHerd(t *testing.T) {
 
 // startedRE finds the metrics address in epp's "epp started" log line.
 var startedRE = regexp.MustCompile(`"msg":"epp started".*"metrics":"(127\.0\.0\.1:\d+)"`)
-
-// lockedBuffer is a bytes.Buffer for a process's stdout and stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func fetchDoc(client *http.Client, addr string) (peers.Document, error) {
 	var doc peers.Document

@@ -19,6 +19,8 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 )
 
 // buildEpp builds the epp binary the way `make build` does, once per test run.
@@ -83,7 +85,7 @@ func TestBinaryRejectsInvalidFlags(t *testing.T) {
 
 // startBinary runs bin with args until the test ends, then stops it with SIGTERM and
 // checks that it exited cleanly.
-func startBinary(t *testing.T, bin string, args, env []string) *syncBuffer {
+func startBinary(t *testing.T, bin string, args, env []string) *capture.Buffer {
 	t.Helper()
 	out, _ := startStoppableBinary(t, bin, args, env)
 	return out
@@ -92,11 +94,11 @@ func startBinary(t *testing.T, bin string, args, env []string) *syncBuffer {
 // startStoppableBinary runs bin and returns its output and a function that stops it
 // (SIGTERM; it must exit with code 0 within 20 s), which the test's cleanup also
 // calls.
-func startStoppableBinary(t *testing.T, bin string, args, env []string) (*syncBuffer, func()) {
+func startStoppableBinary(t *testing.T, bin string, args, env []string) (*capture.Buffer, func()) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
-	out := &syncBuffer{}
+	out := &capture.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -313,7 +315,7 @@ func TestBinaryStopsOnSIGTERM(t *testing.T) {
 	cmd := exec.Command(bin, "--enable-peer-discovery", "--epp-peer-service=epp", "--kubeconfig="+env.Kubeconfig,
 		"--epp-peer-snapshot-file="+snap, "--metrics-bind-address="+metricsAddr, "--health-probe-bind-address="+probeAddr)
 	cmd.Env = minimalEnv(t, "NAMESPACE="+ns, "POD_NAME=epp-0", "POD_IP=10.0.0.1")
-	out := &syncBuffer{}
+	out := &capture.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

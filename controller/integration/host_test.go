@@ -21,6 +21,8 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 )
 
 // seenNames is what a host controller reconciled.
@@ -98,8 +100,8 @@ func TestHostManager(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			logs := &logBuffer{}
-			d := endpointslice.New(cfg, logs.logger())
+			logs := &capture.Buffer{}
+			d := endpointslice.New(cfg, logs.Logger())
 			cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
 			if mode == "host cache" {
 				if err := d.AddToCacheOptions(&cacheOpts); err != nil {
@@ -113,7 +115,7 @@ func TestHostManager(t *testing.T) {
 				Cache:                  cacheOpts,
 				Metrics:                metricsserver.Options{BindAddress: "0"},
 				HealthProbeBindAddress: "0",
-				Logger:                 logs.logger().WithName("host"),
+				Logger:                 logs.Logger().WithName("host"),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -134,13 +136,13 @@ func TestHostManager(t *testing.T) {
 				}
 				bind(t, ns, sa+"-peers", "epp-peer-discovery", sa)
 				// A fresh Discovery and manager, as a host restarted after the fix.
-				d = endpointslice.New(cfg, logs.logger())
+				d = endpointslice.New(cfg, logs.Logger())
 				cacheOpts = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
 				if err := d.AddToCacheOptions(&cacheOpts); err != nil {
 					t.Fatal(err)
 				}
 				if mgr, err = ctrl.NewManager(saConfig, ctrl.Options{Cache: cacheOpts, Metrics: metricsserver.Options{BindAddress: "0"},
-					HealthProbeBindAddress: "0", Logger: logs.logger().WithName("host")}); err != nil {
+					HealthProbeBindAddress: "0", Logger: logs.Logger().WithName("host")}); err != nil {
 					t.Fatal(err)
 				}
 				for _, obj := range []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}} {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 )
 
 // TestBinaryProbesPeers: three replicas on 127.0.0.1 list each other in a peers
@@ -32,7 +34,7 @@ func TestBinaryProbesPeers(t *testing.T) {
 `, port(syncB), port(syncC), port(syncD))), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	replica := func(name, peerSync string, extra ...string) (metrics string, out *syncBuffer, stop func()) {
+	replica := func(name, peerSync string, extra ...string) (metrics string, out *capture.Buffer, stop func()) {
 		metrics = freeAddr(t)
 		args := append([]string{"--enable-peer-discovery", "--epp-peer-file=" + peersPath,
 			"--metrics-bind-address=" + metrics, "--health-probe-bind-address=" + freeAddr(t)}, extra...)

@@ -10,17 +10,16 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/funcr"
 	"k8s.io/client-go/rest"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 )
 
 var env *testenv.Env
@@ -29,29 +28,9 @@ func TestMain(m *testing.M) {
 	testenv.Main(m, "integration tests", func(e *testenv.Env) { env = e }, testenv.RemoveBuilt)
 }
 
-// logBuffer collects log lines for assertions; safe for concurrent use.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) logger() logr.Logger {
-	return funcr.New(func(prefix, args string) {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		fmt.Fprintln(&l.buf, prefix, args)
-	}, funcr.Options{})
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
 type running struct {
 	*app.App
-	logs *logBuffer
+	logs *capture.Buffer
 }
 
 // startApp parses args and env exactly as main does, builds the app with restConfig
@@ -64,8 +43,8 @@ func startApp(t *testing.T, restConfig *rest.Config, args []string, envVars map[
 	if err != nil {
 		t.Fatalf("Parse(%v): %v", args, err)
 	}
-	logs := &logBuffer{}
-	a, err := app.New(opts, restConfig, logs.logger())
+	logs := &capture.Buffer{}
+	a, err := app.New(opts, restConfig, logs.Logger())
 	if err != nil {
 		t.Fatalf("app.New: %v", err)
 	}
@@ -144,22 +123,4 @@ func peerIDs(ps []peers.PeerMetadata) []string {
 		out = append(out, fmt.Sprintf("%s@%s", p.ID(), p.HostPort()))
 	}
 	return out
-}
-
-// syncBuffer is a bytes.Buffer safe for a process's concurrent stdout and stderr.
-type syncBuffer struct {
-	mu sync.Mutex
-	bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.Buffer.String()
 }

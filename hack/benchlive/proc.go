@@ -11,9 +11,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 )
 
 // proc is one running implementation: epp or the reference.
@@ -23,29 +24,12 @@ type proc struct {
 	peersURL  string
 	readyURL  string
 	started   time.Time
-	out       *lockedBuffer
+	out       *capture.Buffer
 	done      chan error
 	client    *http.Client
 	buf       bytes.Buffer
 	exitErr   error
 	exitKnown bool
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // start runs one implementation as a replica in namespace ns and waits until it
@@ -66,7 +50,7 @@ func (b *bench) start(impl, ns string) (*proc, error) {
 		return nil, fmt.Errorf("unknown implementation %q", impl)
 	}
 	p := &proc{impl: impl, cmd: cmd, peersURL: "http://" + peersAddr + "/debug/peers", readyURL: "http://" + probeAddr + "/readyz",
-		out: &lockedBuffer{}, done: make(chan error, 1),
+		out: &capture.Buffer{}, done: make(chan error, 1),
 		client: &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 2}}}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	p.started = time.Now()
