@@ -93,6 +93,31 @@ func genSlice(r *byteReader) discoveryv1.EndpointSlice {
 	return s
 }
 
+// fuzzConfig is the Config a fuzz input's selfByte picks: the replica's name (bit 0),
+// an IPv4 and an IPv6 address (bits 1, 2) in either order (bit 3), and membership
+// alive (bit 4).
+func fuzzConfig(selfByte byte) peerset.Config {
+	self := peers.Self{}
+	if selfByte&1 != 0 {
+		self.Name = "epp-0"
+	}
+	if selfByte&2 != 0 {
+		self.Addresses = append(self.Addresses, netip.MustParseAddr("10.0.0.1"))
+	}
+	if selfByte&4 != 0 {
+		self.Addresses = append(self.Addresses, netip.MustParseAddr("fd00::1"))
+	}
+	if selfByte&8 != 0 {
+		slices.Reverse(self.Addresses)
+	}
+	cfg := config(self)
+	cfg.Membership = peers.MembershipReady
+	if selfByte&16 != 0 {
+		cfg.Membership = peers.MembershipAlive
+	}
+	return cfg
+}
+
 func FuzzCompute(f *testing.F) {
 	f.Add([]byte{}, byte(0))
 	f.Add([]byte{3, 0, 0, 0, 0, 1, 1, 2, 1, 1, 1, 0, 1, 2, 2, 1, 1, 1, 3, 1, 0}, byte(3))
@@ -100,25 +125,8 @@ func FuzzCompute(f *testing.F) {
 	f.Add([]byte("the same pod in many slices of every family and readiness"), byte(6))
 	f.Fuzz(func(t *testing.T, data []byte, selfByte byte) {
 		in := slicesFromBytes(data)
-		self := peers.Self{}
-		membership := peers.MembershipReady
-		if selfByte&16 != 0 {
-			membership = peers.MembershipAlive
-		}
-		if selfByte&1 != 0 {
-			self.Name = "epp-0"
-		}
-		if selfByte&2 != 0 {
-			self.Addresses = append(self.Addresses, netip.MustParseAddr("10.0.0.1"))
-		}
-		if selfByte&4 != 0 {
-			self.Addresses = append(self.Addresses, netip.MustParseAddr("fd00::1"))
-		}
-		if selfByte&8 != 0 {
-			slices.Reverse(self.Addresses)
-		}
-		cfg := config(self)
-		cfg.Membership = membership
+		cfg := fuzzConfig(selfByte)
+		self := cfg.Self
 		got := peerset.Compute(cfg, in)
 
 		// No self, no duplicate identities, sorted, plain IP addresses.
@@ -141,8 +149,8 @@ func FuzzCompute(f *testing.F) {
 			if p.Port < 1 {
 				t.Fatalf("peer %s has port %d", p.ID(), p.Port)
 			}
-			if p.Terminating || (membership == peers.MembershipReady && !p.Ready) {
-				t.Fatalf("peer %s with ready=%v terminating=%v under membership %q", p.ID(), p.Ready, p.Terminating, membership)
+			if p.Terminating || (cfg.Membership == peers.MembershipReady && !p.Ready) {
+				t.Fatalf("peer %s with ready=%v terminating=%v under membership %q", p.ID(), p.Ready, p.Terminating, cfg.Membership)
 			}
 		}
 		// Order independence: reversing and rotating the input changes nothing.

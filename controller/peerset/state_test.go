@@ -2,7 +2,6 @@ package peerset_test
 
 import (
 	"maps"
-	"net/netip"
 	"slices"
 	"testing"
 
@@ -24,23 +23,7 @@ func FuzzState(f *testing.F) {
 	f.Add([]byte{0, 0, 0, 0, 1, 1, 1, 4, 0, 0, 2, 3, 4, 1, 1, 2, 2, 1, 2, 0, 0, 9, 9, 1, 1, 2, 3, 1, 0, 0, 0, 5, 1}, byte(22))
 	f.Add([]byte("slices move endpoints back and forth between dual-stack slices, and a relist"), byte(7))
 	f.Fuzz(func(t *testing.T, data []byte, selfByte byte) {
-		self := peers.Self{}
-		if selfByte&1 != 0 {
-			self.Name = "epp-0"
-		}
-		if selfByte&2 != 0 {
-			self.Addresses = append(self.Addresses, netip.MustParseAddr("10.0.0.1"))
-		}
-		if selfByte&4 != 0 {
-			self.Addresses = append(self.Addresses, netip.MustParseAddr("fd00::1"))
-		}
-		if selfByte&8 != 0 {
-			slices.Reverse(self.Addresses)
-		}
-		cfg := config(self)
-		if selfByte&16 != 0 {
-			cfg.Membership = peers.MembershipAlive
-		}
+		cfg := fuzzConfig(selfByte)
 		st := peerset.NewState(cfg)
 		current := map[string]discoveryv1.EndpointSlice{}
 		shadow := map[string]peers.PeerMetadata{} // what the returned changes built
