@@ -217,9 +217,16 @@ func TestBinaryFileSource(t *testing.T) {
 	bin := buildEpp(t)
 	dir := t.TempDir()
 	peersPath, snapPath := filepath.Join(dir, "peers.yaml"), filepath.Join(dir, "snapshot.json")
+	// Each edit replaces the file by a rename, as editors and ConfigMap updates do: an
+	// in-place write (truncate, then write) can be read empty in between, which the
+	// source rightly rejects too and would count as a second bad edit.
 	writeFile := func(content string) {
 		t.Helper()
-		if err := os.WriteFile(peersPath, []byte(content), 0o644); err != nil {
+		tmp := peersPath + ".tmp"
+		if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, peersPath); err != nil {
 			t.Fatal(err)
 		}
 	}
