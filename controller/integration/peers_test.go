@@ -219,9 +219,13 @@ func TestPropagationDelay(t *testing.T) {
 	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The delay is observed just after the publication, so wait for both.
 	eventually(t, 10*time.Second, func() string {
 		if n := len(a.Store.Peers()); n != 1 {
 			return fmt.Sprintf("%d peers", n)
+		}
+		if count := histogramCount(t); count == before {
+			return "the publication's delay is not observed yet"
 		}
 		return ""
 	})
