@@ -6,28 +6,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/debugpeers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubeconfig"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
-)
-
-// Client limits of the Kubernetes client: a replica lists and watches one
-// Service's slices, a handful of requests per (re)connection, so these only bound a
-// misbehaving loop.
-const (
-	clientQPS   = 5
-	clientBurst = 10
 )
 
 // ShutdownTimeout bounds how long Run takes to return once its context ends.
@@ -44,13 +33,10 @@ type App struct {
 	pub      *discovery.Publisher // nil with peer discovery off
 	source   discovery.Source
 	prober   *reachability.Prober // nil with probing off
+	view     *debugpeers.View     // the /debug/peers document
 	metrics  net.Listener
 	probes   net.Listener
 	peerSync net.Listener // nil without --peer-sync-bind-address
-
-	rendered atomic.Pointer[rendering] // the /debug/peers document of one generation
-	renderMu sync.Mutex                // serializes rendering
-	renderer docRenderer               // guarded by renderMu
 }
 
 // New is NewWithSources with DefaultSources.
@@ -60,10 +46,10 @@ func New(opts Options, restConfig *rest.Config, log logr.Logger) (*App, error) {
 
 // NewWithSources builds the peer source that opts.PeerSource names in sources (the
 // one place where the binary starts a source), and binds the two listeners.
-// restConfig may be nil: it is then loaded as described in LoadRESTConfig, and only
+// restConfig may be nil: it is then loaded as described in kubeconfig.Load, and only
 // when the source needs Kubernetes.
 func NewWithSources(opts Options, restConfig *rest.Config, log logr.Logger, sources Sources) (a *App, err error) {
-	a = &App{opts: opts, log: log, Store: peers.NewMemoryPeerStore()}
+	a = &App{opts: opts, log: log, Store: peers.NewMemoryPeerStore(), view: debugpeers.Disabled()}
 	if opts.EnablePeerDiscovery {
 		if err := a.buildSource(restConfig, sources); err != nil {
 			return nil, err
@@ -89,18 +75,21 @@ func NewWithSources(opts Options, restConfig *rest.Config, log logr.Logger, sour
 func (a *App) buildSource(restConfig *rest.Config, sources Sources) error {
 	name := a.opts.PeerSource
 	spec, ok := sources.lookup(name)
+	if a.opts.spec != nil && a.opts.spec.Name == name {
+		spec, ok = *a.opts.spec, true // the one whose own flags were parsed
+	}
 	if !ok {
 		return fmt.Errorf("peer source %q is not registered", name)
 	}
 	loadConfig := func() (*rest.Config, error) {
 		if restConfig != nil {
-			return withClientLimits(restConfig), nil
+			return kubeconfig.WithClientLimits(restConfig), nil
 		}
-		return LoadRESTConfig(a.opts.Kubeconfig)
+		return kubeconfig.Load(a.opts.Kubeconfig)
 	}
 	log := a.log.WithName(name)
-	a.pub = discovery.NewPublisher(name, a.Store, log)
-	src, err := spec.New(SourceDeps{Options: a.opts, Publisher: a.pub, RESTConfig: loadConfig, Log: log})
+	a.pub = discovery.NewPublisher(name, a.Store, log, discovery.PublisherOptions{Self: a.opts.Self, Reasons: spec.Reasons})
+	src, err := spec.New(discovery.Deps{Settings: a.opts.Settings(), Publisher: a.pub, RESTConfig: loadConfig, Log: log})
 	if err != nil {
 		return fmt.Errorf("peer source %s: %w", name, err)
 	}
@@ -110,34 +99,9 @@ func (a *App) buildSource(restConfig *rest.Config, sources Sources) error {
 			return fmt.Errorf("--epp-peer-probe-interval: %w", err)
 		}
 	}
+	a.view = debugpeers.New(debugpeers.Options{Store: a.Store, Publisher: a.pub, Prober: a.prober,
+		Self: peers.SelfDocument{Name: a.opts.Self.Name, Namespace: a.opts.PoolNamespace, Addresses: a.opts.Self.Strings()}})
 	return nil
-}
-
-// LoadRESTConfig loads the Kubernetes client configuration in controller-runtime's
-// order: the kubeconfig file given (--kubeconfig), else $KUBECONFIG, else the
-// in-cluster configuration, else ~/.kube/config (without a file, controller-runtime's
-// loader does it). The client limits are set here, the one place for them.
-func LoadRESTConfig(kubeconfig string) (*rest.Config, error) {
-	if kubeconfig != "" {
-		c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("--kubeconfig=%s: %w", kubeconfig, err)
-		}
-		return withClientLimits(c), nil
-	}
-	c, err := ctrlconfig.GetConfig()
-	if err != nil {
-		return nil, fmt.Errorf("no Kubernetes API: no --kubeconfig, $KUBECONFIG, in-cluster config or ~/.kube/config: %w", err)
-	}
-	return withClientLimits(c), nil
-}
-
-func withClientLimits(c *rest.Config) *rest.Config {
-	c = rest.CopyConfig(c)
-	c.QPS, c.Burst = clientQPS, clientBurst
-	c.UserAgent = "epp-peer-discovery"
-	return c
 }
 
 // MetricsAddr is the bound address of /metrics and /debug/peers.
@@ -178,15 +142,6 @@ func (a *App) answerPeerSync(ctx context.Context) error {
 	}
 }
 
-// Slices returns the names of the EndpointSlices the source holds (nil for a
-// source that reads no slices).
-func (a *App) Slices() []string {
-	if s, ok := a.source.(interface{ Slices() []string }); ok {
-		return s.Slices()
-	}
-	return nil
-}
-
 // Run serves and runs the peer source until ctx ends or something fails.
 func (a *App) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
@@ -208,8 +163,6 @@ func (a *App) Run(ctx context.Context) error {
 			return nil
 		})
 	}
-	metrics.Synced.Set(0)
-	metrics.Peers.Set(0)
 	serve("metrics", a.metrics, a.metricsHandler())
 	serve("probe", a.probes, a.probeHandler())
 	if a.source != nil {
@@ -222,7 +175,7 @@ func (a *App) Run(ctx context.Context) error {
 		g.Go(func() error { return a.answerPeerSync(ctx) })
 	}
 	if a.opts.SnapshotFile != "" {
-		g.Go(func() error { return a.writeSnapshots(ctx) })
+		g.Go(func() error { return a.view.WriteSnapshots(ctx, a.opts.SnapshotFile, a.log.WithName("snapshot")) })
 	}
 	kv := []any{"peerDiscovery", a.opts.EnablePeerDiscovery, "source", a.opts.PeerSource,
 		"self", a.opts.Self.Name, "metrics", a.MetricsAddr(), "probes", a.ProbeAddr()}

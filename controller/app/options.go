@@ -11,9 +11,9 @@ import (
 	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
 
 // Defaults of the flags.
@@ -49,13 +49,12 @@ type Options struct {
 	PeerSource string
 	// SourceArg is the value of that flag: the Service, the peers file.
 	SourceArg string
+	// spec is the source's spec as parsed, holding the values of its own flags.
+	spec *discovery.SourceSpec
 
 	// Self is the replica's own identity, from POD_NAME (else the host name),
 	// POD_IP and POD_IPS, in the pool namespace.
 	Self peers.Self
-
-	// EndpointSlice is the validated configuration of the EndpointSlice source.
-	EndpointSlice peerset.Config
 
 	// Zap configures logging (the --zap-* flags).
 	Zap zap.Options
@@ -93,6 +92,9 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	sourceArgs := make([]string, len(sources))
 	for i, s := range sources {
 		fs.StringVar(&sourceArgs[i], s.Flag, "", s.Usage)
+		if s.Flags != nil {
+			s.Flags(fs)
+		}
 	}
 	fs.StringVar(&o.PeerPortName, "epp-peer-port-name", DefaultPeerPortName, "Service port name whose port is each peer's port.")
 	fs.IntVar(&o.PeerPort, "epp-peer-port", DefaultPeerPort, "Port used when a slice has no port of that name.")
@@ -206,7 +208,7 @@ func (o *Options) complete(membership string, sources Sources, sourceArgs []stri
 		return usageErrorf("%s are mutually exclusive: set only one peer source", strings.Join(flags, " and "))
 	}
 	spec := sources[set[0]]
-	o.PeerSource, o.SourceArg = spec.Name, sourceArgs[set[0]]
+	o.PeerSource, o.SourceArg, o.spec = spec.Name, sourceArgs[set[0]], &spec
 	selfNS := o.PoolNamespace
 	if selfNS == "" {
 		selfNS = "default" // what a peers file's entries without a namespace get
@@ -216,9 +218,17 @@ func (o *Options) complete(membership string, sources Sources, sourceArgs []stri
 		return usageError(err)
 	}
 	if spec.Complete != nil {
-		if err := spec.Complete(o); err != nil {
+		settings := o.Settings()
+		if err := spec.Complete(&settings); err != nil {
 			return usageError(err)
 		}
+		o.Self = settings.Self
 	}
 	return nil
+}
+
+// Settings are the settings every source is given.
+func (o *Options) Settings() discovery.Settings {
+	return discovery.Settings{Arg: o.SourceArg, Namespace: o.PoolNamespace, PortName: o.PeerPortName, Port: o.PeerPort,
+		Membership: o.PeerMembership, Self: o.Self}
 }

@@ -55,6 +55,16 @@ func TestParseErrors(t *testing.T) {
 		{"invalid membership", []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-membership=leader"}, podEnv,
 			[]string{"--epp-peer-membership=\"leader\"", "ready", "alive"}},
 		{"positional argument", []string{"serve"}, podEnv, []string{"\"serve\""}},
+		{"DNS name that is not an SRV name", []string{"--enable-peer-discovery", "--epp-peer-dns=epp.ns.svc"}, podEnv,
+			[]string{"--epp-peer-dns=\"epp.ns.svc\"", "_<port name>._tcp"}},
+		{"DNS and service sources", []string{"--enable-peer-discovery", "--epp-peer-dns=_peer-sync._tcp.epp.ns.svc", "--epp-peer-service=epp"}, podEnv,
+			[]string{"--epp-peer-service and --epp-peer-dns are mutually exclusive"}},
+		{"DNS interval too short", []string{"--enable-peer-discovery", "--epp-peer-dns=_peer-sync._tcp.epp.ns.svc", "--epp-peer-dns-interval=100ms"}, podEnv,
+			[]string{"--epp-peer-dns-interval=100ms", "at least 1s"}},
+		{"DNS server not an address", []string{"--enable-peer-discovery", "--epp-peer-dns=_peer-sync._tcp.epp.ns.svc", "--epp-peer-dns-server=coredns"}, podEnv,
+			[]string{"--epp-peer-dns-server=\"coredns\""}},
+		{"DNS source without an address", []string{"--enable-peer-discovery", "--epp-peer-dns=_peer-sync._tcp.epp.ns.svc"}, env("POD_NAME", "epp-0", "NAMESPACE", "ns"),
+			[]string{"--epp-peer-dns", "POD_IP"}},
 		{"negative probe interval", []string{"--epp-peer-probe-interval=-1s"}, podEnv, []string{"--epp-peer-probe-interval=-1s", "100ms"}},
 		{"probe interval too short", []string{"--epp-peer-probe-interval=10ms"}, podEnv, []string{"--epp-peer-probe-interval=10ms", "at least 100ms"}},
 		{"probe interval env not a duration", nil, env("POD_NAME", "epp-0", "NAMESPACE", "ns", "EPP_PEER_PROBE_INTERVAL", "5"),
@@ -181,8 +191,8 @@ func TestParse(t *testing.T) {
 			if o.PeerMembership != wantMember {
 				t.Errorf("membership %q, want %q", o.PeerMembership, wantMember)
 			}
-			if o.PeerSource == "endpointslice" && (o.EndpointSlice.Membership != wantMember || o.EndpointSlice.Self.Name != tc.wantSelf.Name || o.EndpointSlice.Namespace != tc.wantNS) {
-				t.Errorf("endpointslice config %+v does not follow the options", o.EndpointSlice)
+			if st := o.Settings(); st.Membership != wantMember || st.Self.Name != tc.wantSelf.Name || st.Namespace != tc.wantNS || st.Arg != o.SourceArg {
+				t.Errorf("the sources' settings %+v do not follow the options", st)
 			}
 			if o.PeerPortName != "peer-sync" || o.PeerPort != 9005 || o.MetricsAddr != ":9090" || o.ProbeAddr != ":8081" {
 				t.Errorf("defaults changed: %+v", o)

@@ -13,10 +13,14 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/debugpeers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 )
 
 // startApp runs an app (as replica epp-0 at 10.0.0.1 in namespace ns, bound to
@@ -94,7 +98,7 @@ func TestWriteFileAtomicUnderLoad(t *testing.T) {
 		b, _ := json.MarshalIndent(peers.Document{Enabled: true, Peers: peers.Entries(entries)}, "", "  ")
 		return b
 	}
-	if err := app.WriteFileAtomic(path, doc(0)); err != nil {
+	if err := debugpeers.WriteFileAtomic(path, doc(0)); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -103,7 +107,7 @@ func TestWriteFileAtomicUnderLoad(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Go(func() { reads, bad = readLoop(path, stop) })
 	for g := 1; g <= 200; g++ {
-		if err := app.WriteFileAtomic(path, doc(g)); err != nil {
+		if err := debugpeers.WriteFileAtomic(path, doc(g)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -146,7 +150,7 @@ func TestSnapshotFollowsThePeerSet(t *testing.T) {
 	wg.Go(func() { reads, bad = readLoop(snapPath, stop) })
 	const generations = 30
 	for g := 1; g <= generations; g++ {
-		if err := app.WriteFileAtomic(peersPath, peersYAML(peerCount, g)); err != nil {
+		if err := debugpeers.WriteFileAtomic(peersPath, peersYAML(peerCount, g)); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(peerfile.Debounce + 20*time.Millisecond) // let each generation be loaded
@@ -192,7 +196,7 @@ func TestSnapshotOfOneReplicaIsThePeersFileOfAnother(t *testing.T) {
 	}
 	second := startFileApp(t, snapPath)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		doc := second.Document()
+		doc := peerdoc.Must(t, second.MetricsAddr())
 		if doc.Synced != nil && *doc.Synced {
 			var got []string
 			for _, p := range doc.Peers {
@@ -224,5 +228,48 @@ func TestSnapshotWithPeerDiscoveryOff(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("no snapshot with peer discovery off")
 		}
+	}
+}
+
+// TestFinalSnapshotFailureIsReported: when the last write on shutdown fails, Run
+// says so (and the metric counts it) instead of leaving an old file silently.
+func TestFinalSnapshotFailureIsReported(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "shared")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	snap := filepath.Join(dir, "snapshot.json")
+	opts, err := app.Parse([]string{"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0", "--epp-peer-snapshot-file=" + snap},
+		env("POD_NAME", "epp-0", "NAMESPACE", "ns"), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := app.New(opts, nil, logr.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(snap); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no first snapshot")
+		}
+	}
+	failures := metrics.Errors("off", metrics.ReasonSnapshot)
+	before := testutil.ToFloat64(failures)
+	if err := os.RemoveAll(dir); err != nil { // the volume went away
+		t.Fatal(err)
+	}
+	cancel()
+	err = <-done
+	if err == nil || !strings.Contains(err.Error(), "final peer snapshot") {
+		t.Fatalf("Run after a failed final snapshot = %v, want the failure", err)
+	}
+	if got := testutil.ToFloat64(failures) - before; got != 1 {
+		t.Fatalf("%v snapshot failures counted, want 1", got)
 	}
 }

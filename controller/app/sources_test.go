@@ -3,6 +3,7 @@ package app_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -16,6 +17,8 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/staticsource"
 )
 
@@ -29,9 +32,9 @@ func TestANewSourceIsOnePackageAndOneLine(t *testing.T) {
 		{Namespace: "ns", Name: "epp-2", Address: "fd00::3", Port: 7000, Ready: true, Serving: true},
 	}
 	// The one registration line: a flag, and how to build the source.
-	sources := append(app.DefaultSources(), app.SourceSpec{Name: "static", Flag: "epp-peer-static", Placeholder: "<anything>",
-		New: func(d app.SourceDeps) (discovery.Source, error) {
-			return staticsource.New(list, d.Options.Self, d.Publisher), nil
+	sources := append(app.DefaultSources(), discovery.SourceSpec{Name: "static", Flag: "epp-peer-static", Placeholder: "<anything>",
+		New: func(d discovery.Deps) (discovery.Source, error) {
+			return staticsource.New(list, d.Publisher), nil
 		}})
 
 	snap := filepath.Join(t.TempDir(), "peers.json")
@@ -92,15 +95,62 @@ func TestANewSourceIsOnePackageAndOneLine(t *testing.T) {
 			t.Fatal("no snapshot of the static source's peers")
 		}
 	}
-	if _, m := get(a.MetricsAddr(), "/metrics"); !strings.Contains(m, "epp_peer_discovery_peers 2") || !strings.Contains(m, "epp_peer_discovery_synced 1") {
+	if _, m := get(a.MetricsAddr(), "/metrics"); !strings.Contains(m, `epp_peer_discovery_peers{discovery="static"} 2`) || !strings.Contains(m, `epp_peer_discovery_synced{discovery="static"} 1`) {
 		t.Fatal("/metrics does not follow the static source")
+	}
+}
+
+// TestDNSSourceInTheBinary runs the binary's wiring with --epp-peer-dns against a
+// DNS server of the test's own: the DNS source came with one package and one line
+// in DefaultSources, its flags, its failure reason in the metrics.
+func TestDNSSourceInTheBinary(t *testing.T) {
+	srv, err := dnsserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const name = "_peer-sync._tcp.epp-peers.ns.svc.cluster.local"
+	for i, a := range []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"} {
+		host := fmt.Sprintf("epp-%d.epp-peers.ns.svc.cluster.local", i)
+		srv.SetAddrs(host, a)
+	}
+	srv.SetSRV(name, dnsserver.SRV{Target: "epp-0.epp-peers.ns.svc.cluster.local", Port: 9005},
+		dnsserver.SRV{Target: "epp-1.epp-peers.ns.svc.cluster.local", Port: 9005}, dnsserver.SRV{Target: "epp-2.epp-peers.ns.svc.cluster.local", Port: 9005})
+	a := startApp(t, "--enable-peer-discovery", "--epp-peer-dns="+name, "--epp-peer-dns-server="+srv.Addr(), "--epp-peer-dns-interval=1s")
+	var doc peers.Document
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		doc = peerdoc.Must(t, a.MetricsAddr())
+		if doc.Synced != nil && *doc.Synced {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the DNS source never synced: %+v", doc)
+		}
+	}
+	var ids []string
+	for _, p := range doc.Peers {
+		ids = append(ids, p.ID+"@"+p.Address)
+	}
+	if doc.Source != "dns" || strings.Join(ids, ",") != "ns/epp-1@10.0.0.2,ns/epp-2@10.0.0.3" {
+		t.Fatalf("/debug/peers of the DNS source: %+v", doc)
+	}
+	resp, err := http.Get("http://" + a.MetricsAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	m, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`epp_peer_discovery_peers{discovery="dns"} 2`, `epp_peer_discovery_errors_total{discovery="dns",reason="lookup"} 0`} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
 	}
 }
 
 // TestARegisteredSourceTakesPartInTheFlagChecks: its flag is refused with another
 // source's, and named when no source is set.
 func TestARegisteredSourceTakesPartInTheFlagChecks(t *testing.T) {
-	sources := append(app.DefaultSources(), app.SourceSpec{Name: "static", Flag: "epp-peer-static", Placeholder: "<anything>"})
+	sources := append(app.DefaultSources(), discovery.SourceSpec{Name: "static", Flag: "epp-peer-static", Placeholder: "<anything>"})
 	_, err := app.ParseSources([]string{"--enable-peer-discovery"}, env("POD_NAME", "epp-0"), io.Discard, sources)
 	if err == nil || !strings.Contains(err.Error(), "--epp-peer-static=<anything>") || !strings.Contains(err.Error(), "--epp-peer-file=<path>") {
 		t.Fatalf("no source set: %v", err)

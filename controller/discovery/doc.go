@@ -1,14 +1,20 @@
 // Package discovery is the seam between peer sources and what consumes their peers.
 //
-// A Source (EndpointSlices, a peers file, ...) computes complete peer sets and hands
-// each to the Publisher it was built with. The Publisher is the one place where a set
-// becomes a change: it diffs the set against the one published last, sends only the
-// difference to a peers.PeerNotifier (a peers.MemoryPeerStore, usually), updates the
-// metrics, logs the change, and keeps the source's status: whether its first complete
-// read was published (Ready) and the last error it met.
+// A Source (EndpointSlices, a peers file, DNS SRV records, ...) reads its peers and
+// hands every complete set, or every change it computed, to the Publisher it was
+// built with, and reports what stops it with Publisher.Fail. The Publisher is the one
+// place for what all sources share: it leaves this replica out, turns a set into the
+// difference to the last one for a peers.PeerNotifier (a peers.MemoryPeerStore,
+// usually), updates the metrics (labelled with the discovery's instance name), logs
+// the change, and keeps the source's status with one policy: a failure before the
+// first complete set keeps the source not ready and says why; a failure after it
+// makes the view stale, with the last good set kept, until the next complete read.
 //
-// PeerDiscovery runs one Source for a host program in the shape the EPP ecosystem
-// uses for plugins: SetupWithManager joins the host's controller-runtime manager
-// (for sources that need one), Start delivers the peers to the host's notifier from
-// one goroutine, and Ready is closed after the initial reconciliation.
+// A program configured by flags (the epp binary) knows its sources by SourceSpec:
+// the flag that selects a source, its own flags and failure reasons, and how to
+// check and build it.
+//
+// PeerDiscovery runs one Source for a host program in the plugin shape of
+// llm-d-router's EPP: Start delivers the peers to the host's notifier from one
+// goroutine, and Ready is closed once the notifier holds the initial set.
 package discovery

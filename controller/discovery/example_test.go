@@ -37,7 +37,7 @@ func (c changes) DeletePeer(id string) { fmt.Println("delete", id) }
 // A source needs only Run and a Publisher; PeerDiscovery gives it the plugin shape
 // the EPP ecosystem uses: Start with the host's notifier, and Ready.
 func Example_source() {
-	d, err := discovery.NewPeerDiscovery("list", logr.Discard(), func(pub *discovery.Publisher) (discovery.Source, error) {
+	d, err := discovery.NewPeerDiscovery("list", logr.Discard(), discovery.PublisherOptions{}, func(pub *discovery.Publisher) (discovery.Source, error) {
 		return &listSource{pub: pub, list: []peers.PeerMetadata{
 			{Namespace: "ns", Name: "epp-1", Address: "10.0.0.2", Port: 9005},
 			{Namespace: "ns", Name: "epp-2", Address: "10.0.0.3", Port: 9005},

@@ -7,15 +7,15 @@ import (
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 
-// PeerDiscovery runs one Source inside a host program, in the plugin shape of the
-// EPP ecosystem: SetupWithManager (before the host's manager starts), then Start
-// with the host's notifier, and Ready. The source publishes into a store of its own,
-// from which Start delivers to the notifier.
+// PeerDiscovery runs one Source inside a host program, in the plugin shape of
+// llm-d-router's EPP (datalayer.PeerDiscovery): Start with the host's notifier, and
+// Ready. Nothing else is needed: a source that talks to Kubernetes loads its own
+// client configuration. The source publishes into a store of its own, from which
+// Start delivers to the notifier; Peers reads that store.
 type PeerDiscovery struct {
 	source  Source
 	store   *peers.MemoryPeerStore
@@ -24,26 +24,16 @@ type PeerDiscovery struct {
 	started atomic.Bool
 }
 
-// NewPeerDiscovery builds a source with build, giving it a Publisher for the source
-// named name that feeds the PeerDiscovery's own store.
-func NewPeerDiscovery(name string, log logr.Logger, build func(*Publisher) (Source, error)) (*PeerDiscovery, error) {
+// NewPeerDiscovery builds a source with build, giving it a Publisher (for the source
+// named source, with opts) that feeds the PeerDiscovery's own store.
+func NewPeerDiscovery(source string, log logr.Logger, opts PublisherOptions, build func(*Publisher) (Source, error)) (*PeerDiscovery, error) {
 	store := peers.NewMemoryPeerStore()
-	pub := NewPublisher(name, store, log)
+	pub := NewPublisher(source, store, log, opts)
 	src, err := build(pub)
 	if err != nil {
 		return nil, err
 	}
 	return &PeerDiscovery{source: src, store: store, pub: pub, ready: make(chan struct{})}, nil
-}
-
-// SetupWithManager registers the source with the host's manager, if it needs one.
-// Call it before the manager starts.
-func (d *PeerDiscovery) SetupWithManager(mgr manager.Manager) error {
-	ms, ok := d.source.(ManagerSource)
-	if !ok {
-		return nil
-	}
-	return ms.SetupWithManager(mgr)
 }
 
 // Start runs the source and sends n the initial peer set and then every change,
@@ -83,6 +73,10 @@ func (d *PeerDiscovery) Ready() <-chan struct{} { return d.ready }
 
 // Peers reads the published peer set, besides the notifier.
 func (d *PeerDiscovery) Peers() peers.Reader { return d.store }
+
+// Publisher is the source's Publisher: its status (synced, stale, the last
+// error), generation and metrics.
+func (d *PeerDiscovery) Publisher() *Publisher { return d.pub }
 
 // Status is the source's status: synced, and the last error.
 func (d *PeerDiscovery) Status() Status { return d.pub }

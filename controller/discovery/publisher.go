@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,13 +14,26 @@ import (
 
 var _ Status = (*Publisher)(nil)
 
-// Publisher turns a source's peer sets, or its changes, into changes for a notifier,
-// and records the source's status: synced, the last error, and whether the view is
-// stale. It is safe for concurrent use.
+// Publisher is where a source's reads end up, the one place for what every source
+// needs besides reading: it turns complete peer sets (or a source's own changes)
+// into changes for a notifier, leaves this replica out of them, and keeps the
+// source's status with one policy for failures:
+//
+//   - before the first complete set, a failure keeps the source not ready and is
+//     shown as the reason (LastError);
+//   - after it, a failure makes the view stale: the last good set is kept, and
+//     /debug/peers, the stale gauge and one log line say why, until the next
+//     complete read (Publish, PublishChange) or ClearStale.
+//
+// Every failure is counted in epp_peer_discovery_errors_total{discovery, reason}
+// and moves the generation, so what is rendered from the status is never older than
+// the last failure. It is safe for concurrent use.
 type Publisher struct {
 	source  string
+	self    peers.Self
 	tracker *peers.Tracker
 	log     logr.Logger
+	metrics *metrics.Discovery
 	now     func() time.Time
 
 	status    peers.SourceStatus
@@ -41,24 +55,53 @@ type staleness struct {
 	err    error
 }
 
+// PublisherOptions are the optional settings of a Publisher.
+type PublisherOptions struct {
+	// Instance names the discovery in its metrics (label discovery) and logs; the
+	// source's name by default. Two discoveries in one process need two names.
+	Instance string
+	// Self is this replica: left out of every published set and change, whatever
+	// the source.
+	Self peers.Self
+	// Reasons are the failure reasons the source reports; their counters are
+	// created at 0.
+	Reasons []string
+}
+
 // NewPublisher returns a Publisher for the source named source ("endpointslice",
-// "file", ...) that sends changes to n and logs with log.
-func NewPublisher(source string, n peers.PeerNotifier, log logr.Logger) *Publisher {
-	return &Publisher{source: source, tracker: peers.NewTracker(n), log: log, now: time.Now,
-		ready: make(chan struct{}), changed: make(chan struct{})}
+// "file", "dns", ...) that sends changes to n and logs with log.
+func NewPublisher(source string, n peers.PeerNotifier, log logr.Logger, opts PublisherOptions) *Publisher {
+	if opts.Instance == "" {
+		opts.Instance = source
+	}
+	m := metrics.For(opts.Instance, opts.Reasons...)
+	m.Reset()
+	return &Publisher{source: source, self: opts.Self, tracker: peers.NewTracker(n), log: log, now: time.Now,
+		metrics: m, ready: make(chan struct{}), changed: make(chan struct{})}
 }
 
 // Name is the name of the source that publishes here.
 func (p *Publisher) Name() string { return p.source }
 
-// Publish makes set the published peer set: the difference to the last one goes to
-// the notifier, the metrics and the log. The first Publish marks the source synced
-// and closes Ready. It returns the change it sent.
+// Metrics are the metrics of this discovery, for what only the source can measure
+// (the slices it holds, how long an update took, propagation delays).
+func (p *Publisher) Metrics() *metrics.Discovery { return p.metrics }
+
+// Publish makes set the published peer set, without this replica: the difference
+// to the last one goes to the notifier, the metrics and the log. It marks the
+// source synced (the first time: closes Ready) and the view fresh. It returns the
+// change it sent.
 func (p *Publisher) Publish(set []peers.PeerMetadata) peers.Change {
+	kept := make([]peers.PeerMetadata, 0, len(set))
+	for _, peer := range set {
+		if !p.self.Is(peer) {
+			kept = append(kept, peer)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	change := p.tracker.Publish(set)
-	p.published(change, len(set))
+	change := p.tracker.Publish(kept)
+	p.published(change, len(kept))
 	return change
 }
 
@@ -66,6 +109,17 @@ func (p *Publisher) Publish(set []peers.PeerMetadata) peers.Change {
 // to the notifier, with size the size of the set after it; otherwise as Publish.
 // A source uses either Publish or PublishChange, never both.
 func (p *Publisher) PublishChange(change peers.Change, size int) {
+	if slices.ContainsFunc(change.Upserts, p.self.Is) { // rare: incremental sources leave it out themselves
+		kept := make([]peers.PeerMetadata, 0, len(change.Upserts))
+		for _, q := range change.Upserts {
+			if p.self.Is(q) {
+				size--
+			} else {
+				kept = append(kept, q)
+			}
+		}
+		change.Upserts = kept
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !change.Empty() {
@@ -77,60 +131,70 @@ func (p *Publisher) PublishChange(change peers.Change, size int) {
 func (p *Publisher) published(change peers.Change, size int) {
 	now := p.now()
 	p.size = size
-	metrics.ObserveChange(change, size, now)
+	p.metrics.ObserveChange(change, size, now)
 	if !change.Empty() {
 		p.bumpLocked()
 		p.log.Info("peer set changed", "peers", size, "upserted", ids(change.Upserts), "deleted", abbreviate(change.Deletes))
 	}
 	if p.status.MarkSynced(now) {
 		p.bumpLocked()
-		metrics.Synced.Set(1)
+		p.metrics.Synced.Set(1)
 		p.readyOnce.Do(func() { close(p.ready) })
 		p.log.Info("peer discovery synced", "source", p.source, "peers", size)
 	}
+	p.clearStaleLocked()
 }
 
-// Fail records err as the source's last error: counted in
-// epp_peer_discovery_errors_total{reason}, logged, and shown by /readyz until the
-// next successful Publish. The published set stays as it is.
+// ObserveRecompute records how long the source took to turn one event into the
+// set or change it published (epp_peer_discovery_recompute_duration_seconds).
+func (p *Publisher) ObserveRecompute(took time.Duration) { p.metrics.Recompute.Observe(took.Seconds()) }
+
+// Fail records that the source could not read its peers, for reason, with err: it
+// is counted, and becomes LastError. Before the first complete set it keeps the
+// source not ready (and is logged every time); after it, the view turns stale with
+// the last good set kept (logged when it turns stale and when the reason changes).
+// The published set never changes.
 func (p *Publisher) Fail(reason string, err error) {
-	metrics.Errors.WithLabelValues(reason).Inc()
-	p.status.SetError(err)
-	p.log.Error(err, "peer discovery error", "source", p.source, "reason", reason)
-}
-
-// SetStale marks the view stale (the source cannot be read; the last good set is
-// kept) with the cause's reason and error. Only the first call of a stale period
-// logs, counts and sets the gauge; later ones update the reason and error.
-func (p *Publisher) SetStale(reason string, err error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.metrics.Errors(reason).Inc()
+	p.status.SetError(err)
+	p.bumpLocked()
+	if !p.status.Synced() {
+		p.log.Error(err, "peer discovery error", "source", p.source, "reason", reason)
+		return
+	}
 	if p.view.is {
 		if p.view.reason != reason {
-			p.view.reason, p.view.err = reason, err
-			p.bumpLocked()
+			p.log.Error(err, "peer view still stale, for another reason", "source", p.source, "reason", reason, "was", p.view.reason)
 		}
-		p.view.err = err
+		p.view.reason, p.view.err = reason, err
 		return
 	}
 	p.view = staleness{is: true, since: p.now(), reason: reason, err: err}
-	p.bumpLocked()
-	metrics.Stale.Set(1)
-	metrics.StaleTransitions.WithLabelValues(reason).Inc()
+	p.metrics.Stale.Set(1)
+	p.metrics.StaleTransitions(reason).Inc()
 	p.log.Error(fmt.Errorf("%s: %w", reason, err), "peer view is stale: keeping the last good set", "source", p.source, "peers", p.size)
 }
 
-// ClearStale marks the view fresh again, logging how long it was stale.
+// ClearStale marks the view fresh again (the source reaches its peers again without
+// a change to publish), logging how long it was stale. Publish and PublishChange do
+// it too.
 func (p *Publisher) ClearStale() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.clearStaleLocked()
+}
+
+func (p *Publisher) clearStaleLocked() {
 	if !p.view.is {
 		return
 	}
 	took := p.now().Sub(p.view.since)
 	p.view = staleness{}
+	p.status.SetError(nil)
 	p.bumpLocked()
-	metrics.Stale.Set(0)
+	p.metrics.Stale.Set(0)
 	p.log.Info("peer view is fresh again", "source", p.source, "staleFor", took.Round(time.Millisecond).String(), "peers", p.size)
 }
 
@@ -147,9 +211,9 @@ func (p *Publisher) bumpLocked() {
 	p.changed = make(chan struct{})
 }
 
-// Generation increases whenever the set or the status (synced, stale) changes: a
-// reader may cache what it renders from them until it moves. The channel is closed
-// when it moves next.
+// Generation increases whenever the set or the status (synced, stale, the last
+// error) changes: a reader may cache what it renders from them until it moves. The
+// channel is closed when it moves next.
 func (p *Publisher) Generation() (uint64, <-chan struct{}) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -172,7 +236,7 @@ func (p *Publisher) Synced() bool { return p.status.Synced() }
 // SyncedAt is when the first complete set was published (zero before).
 func (p *Publisher) SyncedAt() time.Time { return p.status.SyncedAt() }
 
-// LastError is the last error recorded by Fail, nil after a successful Publish.
+// LastError is the last error recorded by Fail, nil after a complete read.
 func (p *Publisher) LastError() error { return p.status.LastError() }
 
 // maxLoggedIDs bounds the IDs a "peer set changed" line lists (a re-list of 10,000

@@ -48,7 +48,7 @@ func TestAddToCacheOptions(t *testing.T) {
 		DefaultNamespaces: map[string]cache.Config{"ns": {}},
 		ByObject:          map[client.Object]cache.ByObject{&corev1.Pod{}: {Label: labels.SelectorFromSet(labels.Set{"app": "vllm"})}},
 	}
-	if err := endpointslice.New(cfg, testLogger(t)).AddToCacheOptions(&host); err != nil {
+	if err := endpointslice.New(cfg, testLogger(t), endpointslice.Options{}).AddToCacheOptions(&host); err != nil {
 		t.Fatal(err)
 	}
 	if len(host.ByObject) != 2 || len(host.DefaultNamespaces) != 1 || host.ReaderFailOnMissingInformer {
@@ -63,12 +63,12 @@ func TestAddToCacheOptions(t *testing.T) {
 		}
 	}
 	// A second merge, or a host that already caches slices, is refused.
-	if err := endpointslice.New(cfg, testLogger(t)).AddToCacheOptions(&host); err == nil || !strings.Contains(err.Error(), "already") {
+	if err := endpointslice.New(cfg, testLogger(t), endpointslice.Options{}).AddToCacheOptions(&host); err == nil || !strings.Contains(err.Error(), "already") {
 		t.Fatalf("merging into options that already cache EndpointSlices: %v", err)
 	}
 	// A host scheme without discovery/v1 is refused with the fix.
 	bare := cache.Options{Scheme: runtime.NewScheme()}
-	if err := endpointslice.New(cfg, testLogger(t)).AddToCacheOptions(&bare); err == nil || !strings.Contains(err.Error(), "scheme") {
+	if err := endpointslice.New(cfg, testLogger(t), endpointslice.Options{}).AddToCacheOptions(&bare); err == nil || !strings.Contains(err.Error(), "scheme") {
 		t.Fatalf("merging into a scheme without EndpointSlice: %v", err)
 	}
 }

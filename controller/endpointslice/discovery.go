@@ -6,31 +6,37 @@ import (
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
 
-// Discovery is EndpointSlice peer discovery for a Go program that runs its own
-// controller-runtime manager, such as an EPP: call SetupWithManager before the
-// manager starts, then Start with the program's notifier; Ready is closed after the
-// initial reconciliation. Optionally, AddToCacheOptions before the manager is
-// created makes it share the program's cache.
+// Discovery is EndpointSlice peer discovery for a Go program, in the plugin shape of
+// llm-d-router's EPP: Start with the program's notifier, then Ready is closed after
+// the initial reconciliation. Start is all it needs: without Options.RESTConfig it
+// loads the client configuration itself (kubeconfig.Load: in-cluster, else a
+// kubeconfig) and runs a reflector of its own, scoped to the Service's slices. A
+// program that runs a controller-runtime manager may instead, as an extra, call
+// SetupWithManager (and, before creating the manager, AddToCacheOptions to share its
+// cache).
 type Discovery struct {
 	*discovery.PeerDiscovery
 	source *Source
 }
 
 // New returns EndpointSlice discovery for cfg (see Settings.Config to build and
-// validate one).
-func New(cfg peerset.Config, log logr.Logger) *Discovery {
+// validate one). Its metrics carry the label discovery=opts.Instance
+// ("endpointslice" by default).
+func New(cfg peerset.Config, log logr.Logger, opts Options) *Discovery {
 	d := &Discovery{}
 	build := func(pub *discovery.Publisher) (discovery.Source, error) {
-		d.source = NewSource(cfg, pub, log, Options{})
+		d.source = NewSource(cfg, pub, log, opts)
 		return d.source, nil
 	}
-	pd, err := discovery.NewPeerDiscovery(peers.SourceEndpointSlice, log, build)
+	pd, err := discovery.NewPeerDiscovery(peers.SourceEndpointSlice, log,
+		discovery.PublisherOptions{Instance: opts.Instance, Self: cfg.Self, Reasons: Reasons}, build)
 	if err != nil {
 		panic(err) // build cannot fail
 	}
@@ -41,12 +47,17 @@ func New(cfg peerset.Config, log logr.Logger) *Discovery {
 // NewFromJSON builds Discovery from plugin parameters (see ConfigFromJSON), with
 // the replica's identity from the environment. Errors are one line naming the
 // parameter, worded as the epp binary's flag errors are.
-func NewFromJSON(params *json.Decoder, log logr.Logger) (*Discovery, error) {
+func NewFromJSON(params *json.Decoder, log logr.Logger, opts Options) (*Discovery, error) {
 	cfg, err := ConfigFromJSON(params, os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	return New(cfg, log), nil
+	return New(cfg, log, opts), nil
+}
+
+// SetupWithManager joins the program's manager (see Source.SetupWithManager).
+func (d *Discovery) SetupWithManager(mgr manager.Manager) error {
+	return d.source.SetupWithManager(mgr)
 }
 
 // AddToCacheOptions merges the cache entry of the Service's slices into the host's

@@ -1,16 +1,20 @@
 // Package endpointslice discovers an EPP replica's peers from its Service's
-// EndpointSlices with a controller-runtime manager.
+// EndpointSlices.
 //
-// Source is the peer source (a discovery.ManagerSource): a controller whose every
-// event maps to one request; it lists the cached slices, recomputes the whole peer
-// set with peerset.Compute and publishes it, so that only the difference reaches the
-// notifier. Its cache holds only the slices of one Service in one namespace
-// (CacheEntry), so a namespaced Role with get/list/watch on endpointslices is all the
-// RBAC it needs and unrelated slices never reach the process. It never runs behind
-// leader election: every replica needs its own peer view.
+// Source is the peer source (a discovery.Source). It runs a client-go Reflector of
+// its own, scoped to the Service's slices in its namespace (the
+// kubernetes.io/service-name label), so a namespaced Role with get/list/watch on
+// endpointslices is all the RBAC it needs and unrelated slices never reach the
+// process. It keeps the peer set incrementally (peerset.State): a slice event
+// re-decides only the identities that slice lists and publishes only the change. A
+// health check watches over the connection to the API server and reports a lost one
+// as a stale view (see runOwn). It never runs behind leader election: every replica
+// needs its own peer view.
 //
-// Discovery wraps the source for a Go program that already runs a manager (an EPP):
-// SetupWithManager, Start(ctx, notifier), Ready. Settings and ConfigFromJSON build
-// and validate its configuration from flags or JSON plugin parameters with the same
-// rules and messages.
+// Discovery wraps the source for a Go program in llm-d-router's plugin shape:
+// Start(ctx, notifier) and Ready, nothing else needed. A program that runs a
+// controller-runtime manager may join it instead (SetupWithManager), and share its
+// cache (AddToCacheOptions, CacheEntry). Settings and ConfigFromJSON build and
+// validate the configuration from flags or JSON plugin parameters with the same rules
+// and messages; Spec is the source's entry in the epp binary.
 package endpointslice

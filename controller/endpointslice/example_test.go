@@ -9,12 +9,10 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 
-// An EPP that already runs a controller-runtime manager adds peer discovery to it:
-// build it from settings (or JSON plugin parameters with NewFromJSON), call
-// SetupWithManager before the manager starts, then Start with the EPP's notifier.
-// It brings a cache of its own scoped to the Service's slices, so the manager's
-// cache options need no change and the namespaced endpointslices Role is all it
-// needs; AddToCacheOptions would share the manager's cache instead.
+// A Go program adds peer discovery with Start alone: the discovery loads the client
+// configuration itself (in-cluster, else a kubeconfig) and runs a reflector of its
+// own scoped to the Service's slices, so the namespaced endpointslices Role is all
+// it needs. Build it from settings (or JSON plugin parameters with NewFromJSON).
 func ExampleDiscovery() {
 	ctx := ctrl.SetupSignalHandler()
 	self, err := peers.SelfFromEnv(os.Getenv("NAMESPACE"), os.Getenv, os.Hostname)
@@ -25,9 +23,29 @@ func ExampleDiscovery() {
 	if err != nil {
 		panic(err) // one line naming the setting at fault
 	}
-	d := endpointslice.New(cfg, ctrl.Log.WithName("peers"))
+	d := endpointslice.New(cfg, ctrl.Log.WithName("peers"), endpointslice.Options{})
 
-	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{ /* the EPP's own options */ })
+	store := peers.NewMemoryPeerStore() // or the program's own notifier
+	go func() { _ = d.Start(ctx, store) }()
+	<-d.Ready() // the initial list of slices is in store
+}
+
+// A program that already runs a controller-runtime manager may join it instead, as
+// an extra: SetupWithManager before the manager starts (the manager's start then
+// runs the discovery), and optionally AddToCacheOptions before the manager is
+// created, to share its cache.
+func ExampleDiscovery_SetupWithManager() {
+	ctx := ctrl.SetupSignalHandler()
+	self, err := peers.SelfFromEnv(os.Getenv("NAMESPACE"), os.Getenv, os.Hostname)
+	if err != nil {
+		panic(err)
+	}
+	cfg, err := endpointslice.Settings{Service: "epp", Namespace: os.Getenv("NAMESPACE")}.Config(endpointslice.ParamNames, self)
+	if err != nil {
+		panic(err)
+	}
+	d := endpointslice.New(cfg, ctrl.Log.WithName("peers"), endpointslice.Options{})
+	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{ /* the program's own options */ })
 	if err != nil {
 		panic(err)
 	}
@@ -35,8 +53,7 @@ func ExampleDiscovery() {
 		panic(err)
 	}
 	go func() { _ = mgr.Start(ctx) }()
-
-	store := peers.NewMemoryPeerStore() // or the EPP's own notifier
+	store := peers.NewMemoryPeerStore()
 	go func() { _ = d.Start(ctx, store) }()
-	<-d.Ready() // the initial list of slices is in store
+	<-d.Ready()
 }

@@ -12,6 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 )
 
 // hostSetup is our handler on the host's slice informer.
@@ -34,8 +36,13 @@ func (s *Source) setupHostCache(mgr manager.Manager) error {
 	var list discoveryv1.EndpointSliceList
 	err := mgr.GetAPIReader().List(ctx, &list, client.InNamespace(s.cfg.Namespace),
 		client.MatchingLabels{discoveryv1.LabelServiceName: s.cfg.Service}, client.Limit(1))
-	if apierrors.IsForbidden(err) {
+	switch {
+	case apierrors.IsForbidden(err):
 		return fmt.Errorf("endpointslice peer discovery on the host's cache: %w", s.forbidden(err))
+	case err != nil:
+		// Not a reason to refuse (the API server may be down for a moment), but the
+		// replica says so until the cache syncs.
+		s.pub.Fail(metrics.ReasonList, fmt.Errorf("listing endpointslices in namespace %q to check the host's cache: %w", s.cfg.Namespace, err))
 	}
 	// Do not wait for the informer to sync: the manager has not started yet.
 	inf, err := mgr.GetCache().GetInformer(ctx, &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))
@@ -72,8 +79,13 @@ func (s *Source) onHostUpsert(obj any) {
 // initial list to the handlers, then watches over the API server (the checks of
 // runOwn, through a connection of its own: the host's informer is the host's to
 // restart, so staleness is reported, and recovery follows the host's informer).
+//
+// While the informer has not synced, the replica is not ready, and says why within
+// the bounds of the stale signal: every ProbeInterval (±20%) it lists one slice over
+// a connection of its own, and a failure (a missing Role, an unreachable API server)
+// is reported with its cause until the informer syncs.
 func (s *Source) runOnHostCache(ctx context.Context) error {
-	if !toolscache.WaitForCacheSync(ctx.Done(), s.host.handler.HasSynced) {
+	if !s.waitHostSync(ctx) {
 		return nil
 	}
 	s.mu.Lock()
@@ -84,15 +96,44 @@ func (s *Source) runOnHostCache(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		reason, err := s.checkUntilFailure(ctx, client)
+		err = s.checkUntilFailure(ctx, client)
 		client.close()
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.pub.SetStale(reason, err)
+		s.failCheck(err)
 		if !s.waitReachable(ctx) {
 			return nil
 		}
 		s.pub.ClearStale()
+	}
+}
+
+// waitHostSync waits for the host's informer to deliver its initial list (true) or
+// ctx to end (false), checking the API server meanwhile (see runOnHostCache).
+func (s *Source) waitHostSync(ctx context.Context) bool {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	synced := make(chan bool, 1)
+	go func() { synced <- toolscache.WaitForCacheSync(ctx.Done(), s.host.handler.HasSynced) }()
+	for {
+		select {
+		case ok := <-synced:
+			return ok
+		case <-time.After(jitter(s.opts.ProbeInterval, 0.2)):
+		}
+		client, err := newClientset(s.opts.RESTConfig)
+		if err == nil {
+			err = s.check(ctx, client)
+			client.close()
+		}
+		switch {
+		case ctx.Err() != nil:
+		case err == nil:
+		case apierrors.IsForbidden(err):
+			s.pub.Fail(metrics.ReasonForbidden, s.forbidden(err))
+		default:
+			s.pub.Fail(metrics.ReasonList, fmt.Errorf("the host's cache has not synced the endpointslices of namespace %q: listing them fails (%s): %w", s.cfg.Namespace, Classify(err), err))
+		}
 	}
 }

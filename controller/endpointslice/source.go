@@ -13,9 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubeconfig"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
@@ -23,8 +25,12 @@ import (
 
 // Options tune the source. The zero value is the default.
 type Options struct {
-	// RESTConfig reaches the API server. SetupWithManager fills it in from the
-	// manager; the epp binary sets it.
+	// Instance names the discovery in its metrics (Discovery only; the binary's
+	// source is named after the source).
+	Instance string
+	// RESTConfig reaches the API server. Without it, Run loads one with
+	// kubeconfig.Load (in-cluster, or a kubeconfig); SetupWithManager takes the
+	// manager's.
 	RESTConfig *rest.Config
 	// ProbeInterval is how often a synced source checks the API server (jittered by
 	// ±20%); 4 s by default. ProbeTimeout bounds one check; 2.5 s by default. So a
@@ -71,7 +77,7 @@ type Source struct {
 	synced bool
 }
 
-var _ discovery.ManagerSource = (*Source)(nil)
+var _ discovery.Source = (*Source)(nil)
 
 // NewSource returns the source for cfg, publishing through pub.
 func NewSource(cfg peerset.Config, pub *discovery.Publisher, log logr.Logger, opts Options) *Source {
@@ -92,10 +98,12 @@ func (s *Source) Slices() []string {
 	return out
 }
 
-// SetupWithManager joins a host's manager: the source runs as one of its runnables,
-// on every replica, leader or not, apart from the manager's cache-sync wait (so a
-// missing Role never holds up the host). After AddToCacheOptions it reads the
-// slices from the host's cache instead of a reflector of its own.
+// SetupWithManager joins a host's controller-runtime manager, an optional extra for a
+// host that has one (Run alone needs nothing from the host): the source runs as one
+// of its runnables, on every replica, leader or not, apart from the manager's
+// cache-sync wait (so a missing Role never holds up the host), and Run only waits.
+// After AddToCacheOptions it reads the slices from the host's cache instead of a
+// reflector of its own.
 func (s *Source) SetupWithManager(mgr manager.Manager) error {
 	if s.setUp {
 		return errors.New("endpointslice peer discovery: SetupWithManager called twice")
@@ -109,14 +117,28 @@ func (s *Source) SetupWithManager(mgr manager.Manager) error {
 			return err
 		}
 	}
-	return mgr.Add(runnable{s})
+	return mgr.Add(runnable{s: s, cache: mgr.GetCache()})
 }
 
-// runnable runs the source in a manager on every replica.
-type runnable struct{ s *Source }
+// runnable runs the source in a manager on every replica. It starts with the
+// manager's caches, not after they synced (which controller-runtime waits for
+// before its other runnables): so that it runs, and says why, when a cache cannot
+// sync (a missing Role on the host's cache). It declares the manager's cache as its
+// own for that, with a sync wait that does not wait: the source waits for the
+// slices itself (runOnHostCache).
+type runnable struct {
+	s     *Source
+	cache cache.Cache
+}
 
 func (r runnable) Start(ctx context.Context) error { return r.s.run(ctx) }
 func (runnable) NeedLeaderElection() bool          { return false }
+func (r runnable) GetCache() cache.Cache           { return noSyncWait{r.cache} }
+
+// noSyncWait is a cache whose sync the manager does not wait for.
+type noSyncWait struct{ cache.Cache }
+
+func (noSyncWait) WaitForCacheSync(context.Context) bool { return true }
 
 // Run runs the source until ctx ends. Under a manager (SetupWithManager) the manager
 // runs it, and Run only waits.
@@ -126,7 +148,11 @@ func (s *Source) Run(ctx context.Context) error {
 		return nil
 	}
 	if s.opts.RESTConfig == nil {
-		return errors.New("endpointslice peer discovery: no REST config (Options.RESTConfig, or SetupWithManager)")
+		c, err := kubeconfig.Load("")
+		if err != nil {
+			return fmt.Errorf("endpointslice peer discovery: %w", err)
+		}
+		s.opts.RESTConfig = c
 	}
 	return s.run(ctx)
 }
@@ -143,15 +169,15 @@ func (s *Source) run(ctx context.Context) error {
 func (s *Source) applyLocked(update func() peers.Change, trigger time.Time) {
 	start := s.now()
 	change := update()
+	s.pub.ObserveRecompute(s.now().Sub(start))
 	if !s.synced {
 		return
 	}
 	s.pub.PublishChange(change, s.state.Len())
-	now := s.now()
-	metrics.Recompute.Observe(now.Sub(start).Seconds())
-	metrics.EndpointSlices.Set(float64(len(s.names)))
+	m := s.pub.Metrics()
+	m.EndpointSlices.Set(float64(len(s.names)))
 	if !trigger.IsZero() && !change.Empty() {
-		metrics.PropagationDelay.Observe(now.Sub(trigger).Seconds())
+		m.PropagationDelay.Observe(s.now().Sub(trigger).Seconds())
 	}
 }
 
@@ -163,7 +189,7 @@ func (s *Source) markSyncedLocked() {
 	s.synced = true
 	all := s.state.Peers()
 	s.pub.PublishChange(peers.Change{Upserts: all}, len(all))
-	metrics.EndpointSlices.Set(float64(len(s.names)))
+	s.pub.Metrics().EndpointSlices.Set(float64(len(s.names)))
 }
 
 // triggerTime is the slice's endpoints.kubernetes.io/last-change-trigger-time: when

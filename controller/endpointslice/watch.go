@@ -24,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 )
 
 // runOwn runs the source's own reflector and watches over it:
@@ -58,14 +60,14 @@ func (s *Source) runOwn(ctx context.Context) error {
 			return nil
 		case <-listed:
 		}
-		s.pub.ClearStale() // a no-op unless this reflector follows an outage
-		reason, err := s.checkUntilFailure(ctx, client)
+		s.pub.ClearStale() // a no-op unless this reflector follows an outage (its list published it already)
+		err = s.checkUntilFailure(ctx, client)
 		stop()
 		client.close()
 		if ctx.Err() != nil {
 			return nil
 		}
-		s.pub.SetStale(reason, err)
+		s.failCheck(err)
 		if !s.waitReachable(ctx) {
 			return nil
 		}
@@ -170,25 +172,35 @@ func (k *sink) Replace(list []any, _ string) error {
 }
 
 // checkUntilFailure checks the API server through client every ProbeInterval
-// (±20%) until a check fails or ctx ends, and returns why it failed.
-func (s *Source) checkUntilFailure(ctx context.Context, client kubernetes.Interface) (string, error) {
+// (±20%) until a check fails (its error) or ctx ends (ctx.Err()).
+func (s *Source) checkUntilFailure(ctx context.Context, client kubernetes.Interface) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return ctx.Err()
 		case <-time.After(jitter(s.opts.ProbeInterval, 0.2)):
 		}
 		if err := s.check(ctx, client); err != nil && ctx.Err() == nil {
-			return Classify(err), err
+			return err
 		}
 	}
+}
+
+// failCheck reports a failed check with its cause (Classify); a forbidden one names
+// the missing permission.
+func (s *Source) failCheck(err error) {
+	reason := Classify(err)
+	if reason == metrics.ReasonForbidden {
+		err = s.forbidden(err)
+	}
+	s.pub.Fail(reason, err)
 }
 
 // waitReachable checks, over a new connection each time, until the API server
 // answers (true) or ctx ends (false): first after StaleProbeInterval, then 1.5 times
 // longer each time up to twice it, always jittered by ±50%, so that replicas that
-// lost the API server together never retry together. A check that fails for another
-// reason than before updates the reason shown.
+// lost the API server together never retry together. Every failed check is
+// reported (Publisher.Fail), so the reason and error shown are the latest.
 func (s *Source) waitReachable(ctx context.Context) bool {
 	interval := s.opts.StaleProbeInterval
 	for {
@@ -207,7 +219,7 @@ func (s *Source) waitReachable(ctx context.Context) bool {
 			return true
 		}
 		if ctx.Err() == nil {
-			s.pub.SetStale(Classify(err), err)
+			s.failCheck(err)
 		}
 	}
 }
@@ -254,12 +266,12 @@ func Classify(err error) string {
 	case errors.As(err, &certErr), errors.As(err, &unknownAuth), errors.As(err, &hostErr), errors.As(err, &recordErr),
 		strings.Contains(msg, "tls:"), strings.Contains(msg, "x509:"):
 		return "tls"
+	case errors.As(err, new(*timeoutError)), errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err),
+		errors.As(err, &netErr) && netErr.Timeout():
+		return "timeout" // before server errors: the API server's own timeouts are 504s
 	case apierrors.IsInternalError(err), apierrors.IsServiceUnavailable(err), apierrors.IsTooManyRequests(err),
 		apierrors.IsUnexpectedServerError(err), isServerError(err):
 		return "server-error"
-	case errors.As(err, new(*timeoutError)), errors.Is(err, context.DeadlineExceeded), apierrors.IsTimeout(err), apierrors.IsServerTimeout(err),
-		errors.As(err, &netErr) && netErr.Timeout():
-		return "timeout"
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 		return "reset"
 	}

@@ -71,7 +71,7 @@ func TestCompactedWhileCutOff(t *testing.T) {
 	}
 	staleAt, _ := s.stale()
 	wentStale := !staleAt.IsZero()
-	if d := r.Document(); d.Stale != nil && *d.Stale {
+	if d := r.doc(t); d.Stale != nil && *d.Stale {
 		t.Errorf("still stale after the new set arrived: %+v", d)
 	}
 	t.Logf("etcd compacted at revision %d during a 1 s cut; exact set %s after the cut ended (view went stale meanwhile: %v)",

@@ -265,9 +265,19 @@ func TestBinaryFileSource(t *testing.T) {
 	expect(first, "edit", "edge/epp-b@192.0.2.2:9005,edge/epp-c@2001:db8::3:7000")
 
 	writeFile("peers:\n- {name: epp-d, address: 192.0.2.400}\n")
-	time.Sleep(300 * time.Millisecond)
+	// The bad edit was read once it shows: the view stale, the error naming it.
+	eventually(t, 10*time.Second, func() string {
+		doc, err := debugPeers(t, first)
+		if err != nil {
+			return err.Error()
+		}
+		if doc.Stale == nil || !*doc.Stale || doc.StaleReason != "parse" || !strings.Contains(doc.LastError, "192.0.2.400") {
+			return fmt.Sprintf("after a bad edit: stale %v reason %q lastError %q, want stale for parse naming 192.0.2.400", doc.Stale, doc.StaleReason, doc.LastError)
+		}
+		return ""
+	})
 	expect(first, "bad edit keeps the last good set", "edge/epp-b@192.0.2.2:9005,edge/epp-c@2001:db8::3:7000")
-	if _, m := get(t, first, "/metrics"); !strings.Contains(m, `epp_peer_discovery_errors_total{reason="parse"} 1`) {
+	if _, m := get(t, first, "/metrics"); !strings.Contains(m, `epp_peer_discovery_errors_total{discovery="file",reason="parse"} 1`) {
 		t.Errorf("/metrics does not count the bad edit once")
 	}
 	// The rejection is logged on one line, without a stack trace (those are for panics).

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -19,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 
@@ -101,7 +103,7 @@ func TestHostManager(t *testing.T) {
 				t.Fatal(err)
 			}
 			logs := &capture.Buffer{}
-			d := endpointslice.New(cfg, logs.Logger())
+			d := endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: "host-" + sa})
 			cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
 			if mode == "host cache" {
 				if err := d.AddToCacheOptions(&cacheOpts); err != nil {
@@ -136,7 +138,7 @@ func TestHostManager(t *testing.T) {
 				}
 				bind(t, ns, sa+"-peers", "epp-peer-discovery", sa)
 				// A fresh Discovery and manager, as a host restarted after the fix.
-				d = endpointslice.New(cfg, logs.Logger())
+				d = endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: "host-" + sa})
 				cacheOpts = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
 				if err := d.AddToCacheOptions(&cacheOpts); err != nil {
 					t.Fatal(err)
@@ -252,6 +254,103 @@ func TestHostManager(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestHostCacheSaysWhyItIsNotReady: on the host's cache, a Role removed between
+// SetupWithManager (which checked it) and the start leaves the slice informer
+// unable to sync. The replica is not ready and says why (the missing permission in
+// LastError and errors_total{reason="forbidden"}) within the bounds of the stale
+// signal, and becomes ready once the Role is back, without a restart.
+func TestHostCacheSaysWhyItIsNotReady(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "hostsync", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := slicegen.Slice("epp-a", slicegen.Namespace(ns), slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2"))
+	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.Clientset.RbacV1().Roles(ns).Create(ctx, peerRole(ns), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	saConfig, err := env.ServiceAccountConfig(ctx, ns, "host")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bind(t, ns, "peers", "epp-peer-discovery", "host")
+
+	cfg, err := endpointslice.Settings{Service: "epp", Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &capture.Buffer{}
+	const instance = "host-cache-sync"
+	d := endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: instance})
+	cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
+	if err := d.AddToCacheOptions(&cacheOpts); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(saConfig, ctrl.Options{Cache: cacheOpts, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Logger: logs.Logger().WithName("host")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetupWithManager(mgr); err != nil {
+		t.Fatal(err) // the Role is there now
+	}
+	// The Role goes before the host starts.
+	if err := env.Clientset.RbacV1().RoleBindings(ns).Delete(ctx, "peers", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	forbidden := metrics.For(instance).Errors(metrics.ReasonForbidden)
+	before := testutil.ToFloat64(forbidden)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	store := peers.NewMemoryPeerStore()
+	wg.Go(func() { _ = mgr.Start(runCtx) })
+	wg.Go(func() {
+		if err := d.Start(runCtx, store); err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	})
+	defer func() {
+		cancel()
+		wg.Wait()
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	}()
+	start := time.Now()
+	// The stale signal's bound: a check every 4 s (±20%) with a 2.5 s timeout.
+	eventually(t, 10*time.Second, func() string {
+		if err := d.Status().LastError(); err == nil || !strings.Contains(err.Error(), "missing RBAC") || !strings.Contains(err.Error(), "endpointslices") {
+			return fmt.Sprintf("not ready on a cache that cannot sync, the replica reports %v; want the missing endpointslices permission", err)
+		}
+		if testutil.ToFloat64(forbidden) <= before {
+			return `errors_total{reason="forbidden"} did not move`
+		}
+		return ""
+	})
+	t.Logf("the missing Role reported %s after the start", time.Since(start).Round(time.Millisecond))
+	select {
+	case <-d.Ready():
+		t.Fatal("ready although the slice informer cannot list")
+	default:
+	}
+	bind(t, ns, "peers", "epp-peer-discovery", "host")
+	select {
+	case <-d.Ready():
+	case <-time.After(60 * time.Second):
+		t.Fatal("not ready 60 s after the Role was bound again")
+	}
+	if got := peerIDs(store.Peers()); strings.Join(got, ",") != ns+"/epp-1@10.0.0.2:9005" {
+		t.Fatalf("peers after the Role came back: %v", got)
+	}
+	if err := d.Status().LastError(); err != nil {
+		t.Fatalf("an error remains once synced: %v", err)
 	}
 }
 

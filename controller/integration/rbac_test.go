@@ -13,10 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 )
 
-// peerRole is the Role of DESIGN.md: exactly get, list, watch on endpointslices.
+// peerRole is the Role the README gives: exactly get, list, watch on endpointslices.
 func peerRole(ns string) *rbacv1.Role {
 	return &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "epp-peer-discovery", Namespace: ns},
@@ -49,12 +50,12 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	forbiddenBefore := testutil.ToFloat64(metrics.Errors.WithLabelValues(metrics.ReasonForbidden))
+	forbiddenBefore := testutil.ToFloat64(metrics.For(peers.SourceEndpointSlice).Errors(metrics.ReasonForbidden))
 	a := startApp(t, saConfig, []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, selfEnv(ns))
 
 	// Not ready, with the missing permission in readyz, logs and the metric.
 	eventually(t, 20*time.Second, func() string {
-		if testutil.ToFloat64(metrics.Errors.WithLabelValues(metrics.ReasonForbidden)) <= forbiddenBefore {
+		if testutil.ToFloat64(metrics.For(peers.SourceEndpointSlice).Errors(metrics.ReasonForbidden)) <= forbiddenBefore {
 			return "no forbidden error counted yet"
 		}
 		return ""
@@ -67,7 +68,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		t.Fatalf("logs do not name the missing permission:\n%s", logs)
 	}
 	_, m := get(t, a.MetricsAddr(), "/metrics")
-	if !strings.Contains(m, `epp_peer_discovery_errors_total{reason="forbidden"}`) || !strings.Contains(m, "epp_peer_discovery_synced 0") {
+	if !strings.Contains(m, `epp_peer_discovery_errors_total{discovery="endpointslice",reason="forbidden"}`) || !strings.Contains(m, `epp_peer_discovery_synced{discovery="endpointslice"} 0`) {
 		t.Fatalf("/metrics without RBAC lacks the forbidden count or synced 0")
 	}
 	if doc, err := debugPeers(t, a.MetricsAddr()); err != nil || doc.Synced == nil || *doc.Synced || len(doc.Peers) != 0 {

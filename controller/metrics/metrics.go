@@ -1,5 +1,11 @@
 // Package metrics holds the Prometheus metrics of peer discovery. They are
-// registered with controller-runtime's registry, which /metrics serves.
+// registered with controller-runtime's registry, which the epp binary's /metrics and
+// an EPP built on controller-runtime serve.
+//
+// Every metric of a discovery carries the label discovery=<its instance name> (the
+// source's name in the epp binary, the plugin's name in an EPP), so that two
+// discoveries in one process never overwrite each other's figures. For returns the
+// metrics of one discovery.
 package metrics
 
 import (
@@ -11,15 +17,17 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 
-// Error reasons used in the errors_total metric.
+// Failure reasons shared by sources and the binary, in the errors_total metric. A
+// source declares the reasons it reports (discovery.SourceSpec.Reasons); the API
+// server checks add the causes of Classify (refused, reset, timeout, tls,
+// server-error, unauthorized, other).
 const (
 	ReasonForbidden = "forbidden" // missing RBAC for endpointslices
-	ReasonWatch     = "watch"     // other list/watch failures
-	ReasonList      = "list"      // reading the cache failed
+	ReasonWatch     = "watch"     // a list or watch of the slices failed
+	ReasonList      = "list"      // a check list of the slices failed (host-cache mode, before the cache synced)
 	ReasonParse     = "parse"     // a peers file failed to parse or validate
 	ReasonRead      = "read"      // a peers file could not be read
 	ReasonSnapshot  = "snapshot"  // the snapshot file could not be written
-	ReasonStale     = "stale"     // the source became stale (see Stale)
 )
 
 // Results of a reachability probe, in the probes_total metric.
@@ -28,66 +36,57 @@ const (
 	ProbeFailed = "failed"
 )
 
+// Label is the label that names the discovery instance.
+const Label = "discovery"
+
 var (
-	// Peers is the number of peers in the published set.
-	Peers = prometheus.NewGauge(prometheus.GaugeOpts{
+	peersGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "epp_peer_discovery_peers",
 		Help: "Number of peer replicas in the current peer set.",
-	})
-	// Upserts counts peers added or changed.
-	Upserts = prometheus.NewCounter(prometheus.CounterOpts{
+	}, []string{Label})
+	upserts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_discovery_peer_upserts_total",
 		Help: "Peers added to or changed in the peer set.",
-	})
-	// Deletes counts peers removed.
-	Deletes = prometheus.NewCounter(prometheus.CounterOpts{
+	}, []string{Label})
+	deletes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_discovery_peer_deletes_total",
 		Help: "Peers removed from the peer set.",
-	})
-	// Errors counts failures by reason.
-	Errors = prometheus.NewCounterVec(prometheus.CounterOpts{
+	}, []string{Label})
+	errorsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_discovery_errors_total",
-		Help: "Peer discovery errors by reason (forbidden, watch, list, parse, read, snapshot).",
-	}, []string{"reason"})
-	// Synced is 1 once the peer source completed its initial list.
-	Synced = prometheus.NewGauge(prometheus.GaugeOpts{
+		Help: "Peer discovery errors by reason (forbidden, watch, list, parse, read, lookup, snapshot, and the API server check causes refused, reset, timeout, tls, server-error, unauthorized, other).",
+	}, []string{Label, "reason"})
+	synced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "epp_peer_discovery_synced",
 		Help: "1 once the peer source completed its initial list (or read), else 0.",
-	})
-	// LastChange is the Unix time of the last change of the peer set.
-	LastChange = prometheus.NewGauge(prometheus.GaugeOpts{
+	}, []string{Label})
+	lastChange = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "epp_peer_discovery_last_change_timestamp_seconds",
 		Help: "Unix time of the last change of the peer set.",
-	})
-	// EndpointSlices is the number of the Service's slices seen at the last recompute.
-	EndpointSlices = prometheus.NewGauge(prometheus.GaugeOpts{
+	}, []string{Label})
+	endpointSlices = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "epp_peer_discovery_endpointslices",
-		Help: "EndpointSlices in the process's cache at the last recompute (only the peer Service's slices are cached).",
-	})
-	// Recompute times one update of the peer set from the source (one slice event,
-	// a re-list, a file read).
-	Recompute = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Help: "EndpointSlices the EndpointSlice source holds (only the peer Service's slices reach it).",
+	}, []string{Label})
+	recompute = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "epp_peer_discovery_recompute_duration_seconds",
-		Help:    "Time to update the peer set from one source event (a slice event, a re-list, a file read).",
+		Help:    "Time to update the peer set from one source event: a slice event or a re-list (the initial list included), a parsed peers file, a DNS answer. Reading the file or asking DNS is not included.",
 		Buckets: prometheus.ExponentialBuckets(0.00001, 4, 10),
-	})
-	// Stale is 1 while the peer view may be out of date (see the README's definition).
-	Stale = prometheus.NewGauge(prometheus.GaugeOpts{
+	}, []string{Label})
+	stale = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "epp_peer_discovery_stale",
-		Help: "1 while the peer view may be out of date: its source cannot be read (the API server is unreachable or refuses the watch, or the peers file cannot be read); the last good set is kept.",
-	})
-	// StaleTransitions counts how often the view became stale, by cause.
-	StaleTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Help: "1 while the peer view may be out of date: its source cannot be read (the API server is unreachable or refuses the watch, the peers file cannot be read, DNS does not answer); the last good set is kept.",
+	}, []string{Label})
+	staleTransitions = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_discovery_stale_total",
-		Help: "Times the peer view became stale, by cause (refused, reset, timeout, tls, server-error, forbidden, unauthorized, read, parse, other).",
-	}, []string{"reason"})
-	// PropagationDelay is the time from an EndpointSlice change (its
-	// endpoints.kubernetes.io/last-change-trigger-time) to its publication.
-	PropagationDelay = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Help: "Times the peer view became stale, by cause (refused, reset, timeout, tls, server-error, forbidden, unauthorized, watch, read, parse, lookup, other).",
+	}, []string{Label, "reason"})
+	propagationDelay = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "epp_peer_discovery_propagation_delay_seconds",
 		Help:    "Time from the change that triggered an EndpointSlice update (its endpoints.kubernetes.io/last-change-trigger-time annotation, set by the EndpointSlice controller) to the moment the resulting peer change was published.",
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
-	})
+	}, []string{Label})
+
 	// UnreachablePeers counts the peers whose last reachability probe failed
 	// (--epp-peer-probe-interval; 0 with probing off).
 	UnreachablePeers = prometheus.NewGauge(prometheus.GaugeOpts{
@@ -108,22 +107,74 @@ var (
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(Peers, Upserts, Deletes, Errors, Synced, LastChange, EndpointSlices, Recompute, Stale, StaleTransitions, PropagationDelay,
+	ctrlmetrics.Registry.MustRegister(peersGauge, upserts, deletes, errorsTotal, synced, lastChange, endpointSlices, recompute, stale, staleTransitions, propagationDelay,
 		UnreachablePeers, Probes, ProbeConnect)
 	Probes.WithLabelValues(ProbeOK)
 	Probes.WithLabelValues(ProbeFailed)
-	for _, r := range []string{ReasonForbidden, ReasonWatch, ReasonList, ReasonParse, ReasonRead, ReasonSnapshot} {
-		Errors.WithLabelValues(r)
+}
+
+// Discovery is the metrics of one discovery instance: every series carries its
+// label. The zero value is not usable; call For.
+type Discovery struct {
+	instance string
+
+	Peers, Synced, LastChange, EndpointSlices, Stale prometheus.Gauge
+	Upserts, Deletes                                 prometheus.Counter
+	Recompute, PropagationDelay                      prometheus.Observer
+}
+
+// For returns the metrics of the discovery named instance, with the series of
+// reasons created at 0 (so that a rate() over them starts from the first scrape).
+func For(instance string, reasons ...string) *Discovery {
+	d := &Discovery{
+		instance:         instance,
+		Peers:            peersGauge.WithLabelValues(instance),
+		Synced:           synced.WithLabelValues(instance),
+		LastChange:       lastChange.WithLabelValues(instance),
+		EndpointSlices:   endpointSlices.WithLabelValues(instance),
+		Stale:            stale.WithLabelValues(instance),
+		Upserts:          upserts.WithLabelValues(instance),
+		Deletes:          deletes.WithLabelValues(instance),
+		Recompute:        recompute.WithLabelValues(instance),
+		PropagationDelay: propagationDelay.WithLabelValues(instance),
 	}
+	for _, r := range reasons {
+		d.Errors(r)
+	}
+	return d
+}
+
+// Reset sets the gauges of a discovery that starts: not synced, no peers, not stale.
+func (d *Discovery) Reset() {
+	d.Peers.Set(0)
+	d.Synced.Set(0)
+	d.Stale.Set(0)
+}
+
+// Instance is the discovery's label value.
+func (d *Discovery) Instance() string { return d.instance }
+
+// Errors is the errors_total counter of reason.
+func (d *Discovery) Errors(reason string) prometheus.Counter { return Errors(d.instance, reason) }
+
+// Errors is the errors_total counter of a discovery instance and reason, for a
+// program without a discovery (peer discovery off) that still fails at something.
+func Errors(instance, reason string) prometheus.Counter {
+	return errorsTotal.WithLabelValues(instance, reason)
+}
+
+// StaleTransitions is the stale_total counter of reason.
+func (d *Discovery) StaleTransitions(reason string) prometheus.Counter {
+	return staleTransitions.WithLabelValues(d.instance, reason)
 }
 
 // ObserveChange records a published change and the size of the new set.
-func ObserveChange(c peers.Change, size int, now time.Time) {
-	Peers.Set(float64(size))
+func (d *Discovery) ObserveChange(c peers.Change, size int, now time.Time) {
+	d.Peers.Set(float64(size))
 	if c.Empty() {
 		return
 	}
-	Upserts.Add(float64(len(c.Upserts)))
-	Deletes.Add(float64(len(c.Deletes)))
-	LastChange.Set(float64(now.UnixNano()) / 1e9)
+	d.Upserts.Add(float64(len(c.Upserts)))
+	d.Deletes.Add(float64(len(c.Deletes)))
+	d.LastChange.Set(float64(now.UnixNano()) / 1e9)
 }

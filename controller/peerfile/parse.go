@@ -23,23 +23,18 @@ type Defaults struct {
 	Port int32
 }
 
-// file is the accepted document: the peers list, plus the other fields of the
-// /debug/peers document, which are ignored. Unknown fields are errors, so that a typo
-// ("peer:") cannot silently empty the peer set.
+// file is what a peers file must hold: a peers list. Every other field, here and in
+// the entries, is accepted and ignored, so that a newer writer's /debug/peers
+// document (fields are only ever added) is a peers file for an older reader. A typo
+// cannot empty the set silently all the same: without "peers" the file is refused,
+// and an entry without "name" or "address" too.
 type file struct {
-	Peers     *[]entry `json:"peers"`
-	Enabled   *bool    `json:"enabled,omitempty"`
-	Source    string   `json:"source,omitempty"`
-	Synced    *bool    `json:"synced,omitempty"`
-	Self      any      `json:"self,omitempty"`
-	UpdatedAt string   `json:"updatedAt,omitempty"`
-	// The staleness of the replica that wrote the document (its peers stay valid).
-	Stale       *bool  `json:"stale,omitempty"`
-	StaleSince  string `json:"staleSince,omitempty"`
-	StaleReason string `json:"staleReason,omitempty"`
-	LastError   string `json:"lastError,omitempty"`
+	Peers *[]entry `json:"peers"`
 }
 
+// entry is one peer: what a hand-written file gives, or a /debug/peers entry (whose
+// other fields, such as what the writer's reachability probes found, are each
+// replica's own view and are ignored).
 type entry struct {
 	ID        string `json:"id,omitempty"`
 	Name      string `json:"name"`
@@ -51,13 +46,6 @@ type entry struct {
 	Ready       *bool `json:"ready,omitempty"`
 	Serving     *bool `json:"serving,omitempty"`
 	Terminating *bool `json:"terminating,omitempty"`
-	// What the writer's reachability probes found: ignored, since reachability is
-	// each replica's own view (a sidecar's snapshot carries it to its EPP, which
-	// reads it from the file directly if it wants it).
-	Reachable      *bool    `json:"reachable,omitempty"`
-	LastProbe      string   `json:"lastProbe,omitempty"`
-	ConnectSeconds *float64 `json:"connectSeconds,omitempty"`
-	ProbeError     string   `json:"probeError,omitempty"`
 }
 
 // Parse reads a peers file's content. The result is ordered by ID. The error names
@@ -70,7 +58,7 @@ func Parse(data []byte, def Defaults) ([]peers.PeerMetadata, error) {
 		return nil, errors.New("file is empty: write {\"peers\": []} for no peers")
 	}
 	var f file
-	if err := yaml.UnmarshalStrict(data, &f); err != nil {
+	if err := yaml.Unmarshal(data, &f); err != nil {
 		return nil, fmt.Errorf("not a peers document: %w", err)
 	}
 	if f.Peers == nil {

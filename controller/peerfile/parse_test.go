@@ -50,6 +50,12 @@ func TestParse(t *testing.T) {
 				{Namespace: "ns", Name: "b", Address: "10.0.0.2", Port: 9005, Serving: true, Terminating: true}}},
 		{"port 65535", `{"peers": [{"name": "a", "address": "10.0.0.1", "port": 65535}]}`,
 			[]peers.PeerMetadata{rp("ns", "a", "10.0.0.1", 65535)}},
+		// A newer epp's snapshot: fields this version does not know, in the
+		// document and in an entry, of any type, are ignored.
+		{"a newer document with fields added", `{"enabled": true, "source": "dns", "synced": true, "sync": {"keys": 3},
+			"generation": 42, "peers": [{"id": "ns/epp-1", "name": "epp-1", "namespace": "ns", "address": "10.0.0.2", "port": 9005,
+			"ready": true, "zone": "eu-1", "weights": [1, 2], "syncedAt": null}]}`,
+			[]peers.PeerMetadata{rp("ns", "epp-1", "10.0.0.2", 9005)}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,7 +80,7 @@ func TestParseRejects(t *testing.T) {
 		{"empty", "  \n", []string{"empty"}},
 		{"no peers field", `{"peer": []}`, []string{"peer"}},
 		{"peers null", `{"peers": null}`, []string{`no "peers" field`}},
-		{"unknown entry field", `{"peers": [{"name": "a", "address": "10.0.0.1", "adress": "x"}]}`, []string{"adress"}}, //nolint:misspell // the typo is the test
+		{"a typo for address", `{"peers": [{"name": "a", "adress": "10.0.0.1"}]}`, []string{"peers[0]", "address: required"}}, //nolint:misspell // the typo is the test
 		{"IPv4 with a typo", `{"peers": [{"name": "a", "address": "10.0.0.1"}, {"name": "b", "address": "10.0.0.300"}]}`,
 			[]string{"peers[1]", "name b", "address", "10.0.0.300"}},
 		{"IPv6 in brackets", `{"peers": [{"name": "a", "address": "[fd00::1]"}]}`, []string{"peers[0]", "address", "without brackets"}},

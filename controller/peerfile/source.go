@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -33,35 +34,35 @@ type Config struct {
 	// Membership says which entries are peers by their ready and terminating fields
 	// ("" is peers.MembershipReady; entries without them are ready).
 	Membership peers.Membership
-	// Self is left out; an empty Self.Namespace means Defaults.Namespace.
-	Self peers.Self
+	// PollInterval is how often the file is re-read even without an event;
+	// DefaultPollInterval when zero or negative.
+	PollInterval time.Duration
 }
 
 // Source is the peers-file peer source (a discovery.Source): it publishes the
-// peers listed in a file, without this replica, and keeps doing so as the file
-// changes.
+// peers listed in a file (its Publisher leaves this replica out) and keeps doing so
+// as the file changes.
 type Source struct {
 	cfg Config
 	pub *discovery.Publisher
 	log logr.Logger
-	// PollInterval is how often the file is re-read even without an event.
-	PollInterval time.Duration
 
 	seen     string // what the last read saw: the content or the error
 	seenOnce bool
+	reads    atomic.Uint64 // reads of the file, for tests
 }
 
 var _ discovery.Source = (*Source)(nil)
 
 // NewSource returns a Source for cfg, publishing through pub.
 func NewSource(cfg Config, pub *discovery.Publisher, log logr.Logger) *Source {
-	if cfg.Self.Namespace == "" {
-		cfg.Self.Namespace = cfg.Defaults.Namespace
-	}
 	if cfg.Membership == "" {
 		cfg.Membership = peers.MembershipReady
 	}
-	return &Source{cfg: cfg, pub: pub, log: log.WithValues("file", cfg.Path), PollInterval: DefaultPollInterval}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	return &Source{cfg: cfg, pub: pub, log: log.WithValues("file", cfg.Path)}
 }
 
 // Run loads the file and reloads it on every change until ctx ends.
@@ -73,17 +74,27 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 	defer w.Close()
 	watching := false
+	var watchErr string // the last failure to watch, logged once
 	watch := func() {
 		if watching {
 			return
 		}
-		if err := w.Add(dir); err == nil {
+		err := w.Add(dir)
+		switch {
+		case err == nil:
 			watching = true
+			if watchErr != "" {
+				s.log.Info("watching the peers file's folder again", "dir", dir)
+				watchErr = ""
+			}
+		case err.Error() != watchErr:
+			watchErr = err.Error()
+			s.log.Error(err, "cannot watch the peers file's folder; reading the file every poll interval instead", "dir", dir, "pollInterval", s.cfg.PollInterval.String())
 		}
 	}
 	watch()
 	s.reload()
-	tick := time.NewTicker(s.PollInterval)
+	tick := time.NewTicker(s.cfg.PollInterval)
 	defer tick.Stop()
 	// Events come in bursts (truncate then write, or the several renames of a
 	// ConfigMap update): reload once the burst has been quiet for Debounce.
@@ -121,6 +132,7 @@ func (s *Source) Run(ctx context.Context) error {
 func (s *Source) reload() {
 	path := s.cfg.Path
 	data, err := readLimited(path)
+	s.reads.Add(1)
 	seen := "data:" + string(data)
 	if err != nil {
 		seen = "error:" + err.Error()
@@ -131,38 +143,29 @@ func (s *Source) reload() {
 	s.seen, s.seenOnce = seen, true
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !s.pub.Synced():
-		s.fail(metrics.ReasonRead, fmt.Errorf("peers file %s does not exist yet; not ready until it appears", path))
+		s.pub.Fail(metrics.ReasonRead, fmt.Errorf("peers file %s does not exist yet; not ready until it appears", path))
 		return
 	case errors.Is(err, fs.ErrNotExist):
-		s.fail(metrics.ReasonRead, fmt.Errorf("peers file %s was removed; keeping the last good set of %d peers", path, s.pub.Len()))
+		s.pub.Fail(metrics.ReasonRead, fmt.Errorf("peers file %s was removed; keeping the last good set of %d peers", path, s.pub.Len()))
 		return
 	case err != nil:
-		s.fail(metrics.ReasonRead, fmt.Errorf("reading peers file %s: %w; keeping the last good set of %d peers", path, err, s.pub.Len()))
+		s.pub.Fail(metrics.ReasonRead, fmt.Errorf("reading peers file %s: %w; keeping the last good set of %d peers", path, err, s.pub.Len()))
 		return
 	}
+	start := time.Now()
 	set, err := Parse(data, s.cfg.Defaults)
 	if err != nil {
-		s.fail(metrics.ReasonParse, fmt.Errorf("peers file %s rejected, keeping the last good set of %d peers: %w", path, s.pub.Len(), err))
+		s.pub.Fail(metrics.ReasonParse, fmt.Errorf("peers file %s rejected, keeping the last good set of %d peers: %w", path, s.pub.Len(), err))
 		return
 	}
 	kept := set[:0]
 	for _, p := range set {
-		if !s.cfg.Self.Is(p) && s.cfg.Membership.Admits(p.Ready, p.Terminating) {
+		if s.cfg.Membership.Admits(p.Ready, p.Terminating) {
 			kept = append(kept, p)
 		}
 	}
-	s.pub.Publish(kept)
-	s.pub.ClearStale()
-}
-
-// fail records a file that could not be used: counted, logged, shown by /readyz
-// before the first good read; after it, the view (the last good set) is stale until
-// the next good read.
-func (s *Source) fail(reason string, err error) {
-	s.pub.Fail(reason, err)
-	if s.pub.Synced() {
-		s.pub.SetStale(reason, err)
-	}
+	s.pub.ObserveRecompute(time.Since(start))
+	s.pub.Publish(kept) // leaves this replica out
 }
 
 // readLimited reads at most MaxSize+1 bytes, so that an oversized file is detected

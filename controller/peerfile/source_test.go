@@ -17,6 +17,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 )
 
 var self = peers.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
@@ -32,19 +33,19 @@ type running struct {
 // off, so that only file events can explain a reload.
 func run(t *testing.T, path string, poll time.Duration) running {
 	t.Helper()
-	return runWith(t, peerfile.Config{Path: path, Defaults: defaults, Self: self}, poll)
+	return runWith(t, peerfile.Config{Path: path, Defaults: defaults}, poll)
 }
 
 // runWith starts a Source for cfg.
 func runWith(t *testing.T, cfg peerfile.Config, poll time.Duration) running {
 	t.Helper()
 	store := peers.NewMemoryPeerStore()
-	pub := discovery.NewPublisher(peers.SourceFile, store, testr.New(t))
-	src := peerfile.NewSource(cfg, pub, testr.New(t))
-	src.PollInterval = time.Hour
+	pub := discovery.NewPublisher(peers.SourceFile, store, testr.New(t), discovery.PublisherOptions{Self: self, Reasons: peerfile.Reasons})
+	cfg.PollInterval = time.Hour
 	if poll > 0 {
-		src.PollInterval = poll
+		cfg.PollInterval = poll
 	}
+	src := peerfile.NewSource(cfg, pub, testr.New(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
@@ -55,6 +56,16 @@ func runWith(t *testing.T, cfg peerfile.Config, poll time.Duration) running {
 		}
 	})
 	return running{Source: src, Publisher: pub, store: store}
+}
+
+// waitUntil waits up to 5s for cond.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 }
 
 func names(ps []peers.PeerMetadata) string {
@@ -110,7 +121,7 @@ func TestReloadOnWriteCreateAndRename(t *testing.T) {
 	r := run(t, path, 0)
 
 	// Missing at start: not synced, with a clear reason.
-	time.Sleep(100 * time.Millisecond)
+	waitUntil(t, "the first read", func() bool { return r.Reads() > 0 })
 	if r.Synced() || r.LastError() == nil || !strings.Contains(r.LastError().Error(), "does not exist yet") {
 		t.Fatalf("missing file: synced=%v err=%v", r.Synced(), r.LastError())
 	}
@@ -191,17 +202,13 @@ func TestBadInputKeepsTheLastGoodSet(t *testing.T) {
 	}
 	for _, b := range bad {
 		t.Run(b.name, func(t *testing.T) {
-			before := testutil.ToFloat64(metrics.Errors.WithLabelValues(b.reason))
+			errs := r.Metrics().Errors(b.reason)
+			before := testutil.ToFloat64(errs)
 			renameInto(t, path, []byte(b.content))
-			deadline := time.Now().Add(5 * time.Second)
-			for testutil.ToFloat64(metrics.Errors.WithLabelValues(b.reason)) == before {
-				if time.Now().After(deadline) {
-					t.Fatalf("no %s error counted", b.reason)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			time.Sleep(150 * time.Millisecond) // several polls of the same bad content
-			if got := testutil.ToFloat64(metrics.Errors.WithLabelValues(b.reason)) - before; got != 1 {
+			waitUntil(t, "a "+b.reason+" error counted", func() bool { return testutil.ToFloat64(errs) > before })
+			reads := r.Reads()
+			waitUntil(t, "several polls of the same bad content", func() bool { return r.Reads() >= reads+3 })
+			if got := testutil.ToFloat64(errs) - before; got != 1 {
 				t.Fatalf("%v errors counted for one bad file, want 1", got)
 			}
 			if got := names(r.store.Peers()); got != good {
@@ -219,13 +226,17 @@ func TestBadInputKeepsTheLastGoodSet(t *testing.T) {
 		})
 	}
 
-	// Removing the file keeps the set too, and counts a read error.
-	before := testutil.ToFloat64(metrics.Errors.WithLabelValues(metrics.ReasonRead))
+	// Removing the file keeps the set too, and counts a read error, once however
+	// often it is polled.
+	readErrs := r.Metrics().Errors(metrics.ReasonRead)
+	before := testutil.ToFloat64(readErrs)
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
-	if got := testutil.ToFloat64(metrics.Errors.WithLabelValues(metrics.ReasonRead)) - before; got != 1 {
+	waitUntil(t, "a read error counted", func() bool { return testutil.ToFloat64(readErrs) > before })
+	reads := r.Reads()
+	waitUntil(t, "several polls of the missing file", func() bool { return r.Reads() >= reads+3 })
+	if got := testutil.ToFloat64(readErrs) - before; got != 1 {
 		t.Fatalf("%v read errors for a removed file, want 1", got)
 	}
 	if got := names(r.store.Peers()); got != good {
@@ -281,7 +292,56 @@ func TestMembershipAppliesToTheFile(t *testing.T) {
 		peers.MembershipReady: "epp-1@10.0.0.2:9005",
 		peers.MembershipAlive: "epp-1@10.0.0.2:9005,epp-2@10.0.0.3:9005",
 	} {
-		r := runWith(t, peerfile.Config{Path: path, Defaults: defaults, Self: self, Membership: membership}, 0)
+		r := runWith(t, peerfile.Config{Path: path, Defaults: defaults, Membership: membership}, 0)
 		r.waitPeers(t, string(membership), want)
 	}
+}
+
+// TestZeroPollIntervalIsTheDefault: a Config without a poll interval polls at the
+// default (a zero interval used to panic the ticker).
+func TestZeroPollIntervalIsTheDefault(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peers.yaml")
+	write(t, path, peersFile("epp-1=10.0.0.2"))
+	store := peers.NewMemoryPeerStore()
+	pub := discovery.NewPublisher(peers.SourceFile, store, testr.New(t), discovery.PublisherOptions{Instance: t.Name()})
+	src := peerfile.NewSource(peerfile.Config{Path: path, Defaults: defaults}, pub, testr.New(t))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	waitUntil(t, "the first read", pub.Synced)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestUnwatchableFolderIsLogged: when the folder cannot be watched (it does not
+// exist yet), the source says so once and polls; once the folder is there it
+// watches it again.
+func TestUnwatchableFolderIsLogged(t *testing.T) {
+	parent := t.TempDir()
+	path := filepath.Join(parent, "later", "peers.yaml")
+	logs := &capture.Buffer{}
+	store := peers.NewMemoryPeerStore()
+	pub := discovery.NewPublisher(peers.SourceFile, store, logs.Logger(), discovery.PublisherOptions{Instance: t.Name()})
+	src := peerfile.NewSource(peerfile.Config{Path: path, Defaults: defaults, PollInterval: 20 * time.Millisecond}, pub, logs.Logger())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitUntil(t, "the watch failure logged", func() bool { return strings.Contains(logs.String(), "cannot watch the peers file's folder") })
+	reads := src.Reads()
+	waitUntil(t, "a few polls", func() bool { return src.Reads() >= reads+3 })
+	if n := strings.Count(logs.String(), "cannot watch the peers file's folder"); n != 1 {
+		t.Fatalf("the watch failure was logged %d times, want once", n)
+	}
+	if err := os.Mkdir(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, path, peersFile("epp-1=10.0.0.2"))
+	waitUntil(t, "the file read by polling", pub.Synced)
+	waitUntil(t, "the folder watched", func() bool { return strings.Contains(logs.String(), "watching the peers file's folder again") })
 }

@@ -29,10 +29,3 @@ func (t *Tracker) Publish(cur []PeerMetadata) Change {
 
 // Notifier is the notifier the tracker sends to.
 func (t *Tracker) Notifier() PeerNotifier { return t.notifier }
-
-// Len is the size of the published set.
-func (t *Tracker) Len() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.last)
-}

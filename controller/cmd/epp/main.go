@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubeconfig"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peercheck"
 )
 
@@ -77,7 +78,7 @@ func checkPeers(args []string) int {
 		fmt.Fprintf(os.Stderr, "epp: %v\n", err)
 		return 2
 	}
-	cfg, err := app.LoadRESTConfig("")
+	cfg, err := kubeconfig.Load("")
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "epp: check-peers: %v\n", err)
 		return 1

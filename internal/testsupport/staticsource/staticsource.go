@@ -10,29 +10,22 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 
-// Source publishes a fixed peer set, without self.
+// Source publishes a fixed peer set (the Publisher leaves the replica out).
 type Source struct {
-	set  []peers.PeerMetadata
-	self peers.Self
-	pub  *discovery.Publisher
+	set []peers.PeerMetadata
+	pub *discovery.Publisher
 }
 
 var _ discovery.Source = (*Source)(nil)
 
-// New returns a source of the peers in set, leaving out self.
-func New(set []peers.PeerMetadata, self peers.Self, pub *discovery.Publisher) *Source {
-	return &Source{set: set, self: self, pub: pub}
+// New returns a source of the peers in set.
+func New(set []peers.PeerMetadata, pub *discovery.Publisher) *Source {
+	return &Source{set: set, pub: pub}
 }
 
 // Run publishes the set once, then waits for ctx to end.
 func (s *Source) Run(ctx context.Context) error {
-	kept := make([]peers.PeerMetadata, 0, len(s.set))
-	for _, p := range s.set {
-		if !s.self.Is(p) {
-			kept = append(kept, p)
-		}
-	}
-	s.pub.Publish(kept)
+	s.pub.Publish(s.set)
 	<-ctx.Done()
 	return nil
 }

@@ -1,4 +1,4 @@
-package app
+package debugpeers
 
 import (
 	"encoding/json"
@@ -164,4 +164,20 @@ func BenchmarkDocument(b *testing.B) {
 			}
 		}
 	})
+}
+
+// withProbe sets a document entry's reachability fields from st, as
+// encoding/json would carry them (the reference the renderer is checked against).
+func withProbe(e *peers.PeerEntry, st reachability.Status) {
+	if !st.Probed {
+		return
+	}
+	reachable, at := st.Reachable, st.LastProbe.UTC()
+	e.Reachable, e.LastProbe = &reachable, &at
+	if st.Reachable {
+		secs := st.ConnectTime.Seconds()
+		e.ConnectSeconds = &secs
+	} else {
+		e.ProbeError = st.Error
+	}
 }
