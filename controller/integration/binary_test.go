@@ -9,8 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -21,6 +19,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
 )
 
 // buildEpp builds the epp binary the way `make build` does, once per test run.
@@ -91,42 +90,10 @@ func startBinary(t *testing.T, bin string, args, env []string) *capture.Buffer {
 	return out
 }
 
-// startStoppableBinary runs bin and returns its output and a function that stops it
-// (SIGTERM; it must exit with code 0 within 20 s), which the test's cleanup also
-// calls.
+// startStoppableBinary runs bin (see proc.Start).
 func startStoppableBinary(t *testing.T, bin string, args, env []string) (*capture.Buffer, func()) {
 	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	out := &capture.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("epp exited with %v after SIGTERM; output:\n%s", err, out.String())
-				}
-			case <-time.After(20 * time.Second):
-				_ = cmd.Process.Kill()
-				t.Errorf("epp did not stop within 20s of SIGTERM; output:\n%s", out.String())
-			}
-		})
-	}
-	t.Cleanup(func() {
-		stop()
-		if t.Failed() {
-			t.Logf("epp output:\n%s", out.String())
-		}
-	})
-	return out, stop
+	return proc.Start(t, bin, args, env)
 }
 
 func TestBinaryServesPeers(t *testing.T) {

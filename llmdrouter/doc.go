@@ -1,0 +1,20 @@
+// Package llmdrouter is epp-peer-discovery for llm-d-router's Endpoint Picker (EPP):
+// its plugins, registered in the EPP's plugin registry with Register, and (in
+// package wiring) the start of the configured peer discovery that the EPP's runner
+// lacks. cmd/epp is an EPP build with both: upstream's runner, unchanged, plus these.
+//
+// A custom EPP main adds them with two lines:
+//
+//	llmdrouter.Register()
+//	os.Exit(wiring.Run(ctx, runner.NewRunner(), os.Args[1:]))
+package llmdrouter
+
+import (
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
+)
+
+// Register registers every plugin type of this module in the EPP's plugin registry
+// (see peerdiscovery.Register). Call it once, before the runner runs.
+func Register() {
+	peerdiscovery.Register()
+}

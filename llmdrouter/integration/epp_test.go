@@ -1,0 +1,272 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+)
+
+// replica is one EPP process.
+type replica struct {
+	pod        string // POD_NAME: <deployment>-<hash>-<suffix>, as upstream's standalone mode needs
+	ip         string // POD_IP: an identity only, never dialed
+	debug      string // the plugin's debugAddress (/debug/peers)
+	metrics    string // the EPP's metrics port
+	grpcHealth string
+	out        *capture.Buffer
+	stop       func()
+}
+
+// eppConfig is an EPP configuration with endpointslice peer discovery of Service
+// epp (with membership) served on debugAddress.
+func eppConfig(membership, debugAddress string) string {
+	return fmt.Sprintf(`apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+  - type: queue-scorer
+  - name: peers
+    type: endpointslice-peer-discovery
+    parameters:
+      service: epp
+      membership: %s
+      debugAddress: %q
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: queue-scorer
+dataLayer:
+  peerDiscovery:
+    pluginRef: peers
+`, membership, debugAddress)
+}
+
+// startReplicas starts n EPP replicas in ns as Deployment "epp" would: POD_NAME,
+// POD_IP and NAMESPACE from the downward API, upstream's standalone mode
+// (--endpoint-selector), ports of their own on 127.0.0.1.
+func startReplicas(t *testing.T, ns string, n int, membership string, extraArgs ...string) []*replica {
+	t.Helper()
+	bin := eppBinary(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := testenv.WriteKubeconfig(env.Config, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	var out []*replica
+	for i := range n {
+		r := &replica{
+			pod:        fmt.Sprintf("epp-7d9f8c6b5-r%d", i),
+			ip:         fmt.Sprintf("10.0.0.%d", i+1),
+			debug:      testenv.FreeAddr(),
+			metrics:    testenv.FreeAddr(),
+			grpcHealth: testenv.FreeAddr(),
+		}
+		port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+		args := append([]string{
+			"--endpoint-selector=app=vllm", "--endpoint-target-ports=8000", "--pool-namespace=" + ns,
+			"--grpc-port=" + port(testenv.FreeAddr()), "--grpc-health-port=" + port(r.grpcHealth), "--metrics-port=" + port(r.metrics),
+			"--metrics-endpoint-auth=false", "--drain-timeout=1s", "--config-text=" + eppConfig(membership, r.debug),
+		}, extraArgs...)
+		r.out, r.stop = proc.Start(t, bin, args, []string{
+			"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "KUBECONFIG=" + kubeconfig,
+			"POD_NAME=" + r.pod, "POD_IP=" + r.ip, "NAMESPACE=" + ns,
+		})
+		out = append(out, r)
+	}
+	return out
+}
+
+// view is the replica's peer set as its plugin serves it: "name@address ready" ...
+func (r *replica) view() (string, error) {
+	doc, _, err := peerdoc.Get(r.debug)
+	if err != nil {
+		return "", err
+	}
+	if doc.Synced == nil || !*doc.Synced {
+		return "", fmt.Errorf("not synced (lastError %q)", doc.LastError)
+	}
+	return describe(doc.Peers), nil
+}
+
+func describe(ps []peers.PeerEntry) string {
+	var out []string
+	for _, p := range ps {
+		s := p.Name + "@" + p.Address
+		if !p.Ready {
+			s += "(not ready)"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ",")
+}
+
+// want is what replica i of rs must list: the others, as listed.
+func want(rs []*replica, i int, notReady map[int]bool, only ...int) string {
+	var out []string
+	for j, r := range rs {
+		if j == i || (len(only) > 0 && !contains(only, j)) {
+			continue
+		}
+		s := r.pod + "@" + r.ip
+		if notReady[j] {
+			s += "(not ready)"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ",")
+}
+
+func contains(xs []int, x int) bool {
+	for _, v := range xs {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// waitViews waits until every replica i in which lists want(i), and returns how long
+// that took.
+func waitViews(t *testing.T, step string, within time.Duration, rs []*replica, which []int, expect func(i int) string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		var wrong []string
+		for _, i := range which {
+			got, err := rs[i].view()
+			if err != nil {
+				got = err.Error()
+			}
+			if w := expect(i); got != w {
+				wrong = append(wrong, fmt.Sprintf("%s lists %q, want %q", rs[i].pod, got, w))
+			}
+		}
+		if len(wrong) == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > within {
+			t.Fatalf("%s: after %s:\n  %s", step, within, strings.Join(wrong, "\n  "))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// writeSlice creates or replaces the Service's one slice with these replicas.
+func writeSlice(t *testing.T, ns string, rs []*replica, members []int, notReady map[int]bool) {
+	t.Helper()
+	opts := []slicegen.SliceOption{slicegen.Namespace(ns)}
+	for _, i := range members {
+		var eo []slicegen.EndpointOption
+		if notReady[i] {
+			eo = append(eo, slicegen.NotReady())
+		}
+		opts = append(opts, slicegen.Pod(rs[i].pod, rs[i].ip, eo...))
+	}
+	s := slicegen.Slice("epp-abcde", opts...)
+	s.Annotations = map[string]string{discoveryv1.LabelManagedBy: "test"}
+	ctx := context.Background()
+	api := env.Clientset.DiscoveryV1().EndpointSlices(ns)
+	if cur, err := api.Get(ctx, s.Name, metav1.GetOptions{}); err == nil {
+		s.ResourceVersion = cur.ResourceVersion
+		if _, err := api.Update(ctx, &s, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if _, err := api.Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestRealEPPReplicasKnowEachOther: three replicas of the real EPP, the Service's
+// slice written as the EndpointSlice controller would; each replica's peer set is
+// exactly the other two, a replica removed from the slice leaves the others within
+// 1 s, and the EPP serves the peer view at /debug/plugins/state and the peer
+// metrics on its own /metrics.
+func TestRealEPPReplicasKnowEachOther(t *testing.T) {
+	ns, err := env.CreateNamespace(context.Background(), "llmd", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := startReplicas(t, ns, 3, "ready")
+	all := []int{0, 1, 2}
+	writeSlice(t, ns, rs, all, nil)
+	took := waitViews(t, "three replicas", 90*time.Second, rs, all, func(i int) string { return want(rs, i, nil) })
+	t.Logf("every replica listed the other two %s after the slice was written (EPP start-up included)", took.Round(time.Millisecond))
+
+	// The EPP's own endpoints: the plugin's state and the metrics.
+	code, state := get(t, rs[0].metrics, "/debug/plugins/state")
+	if code != http.StatusOK || !strings.Contains(state, `"peers"`) || !strings.Contains(state, rs[1].pod) || !strings.Contains(state, "endpointslice-peer-discovery") {
+		t.Fatalf("GET /debug/plugins/state on the EPP's metrics port: %d\n%s", code, state)
+	}
+	_, m := get(t, rs[0].metrics, "/metrics")
+	for _, w := range []string{`epp_peer_discovery_peers{discovery="peers"} 2`, `epp_peer_discovery_synced{discovery="peers"} 1`} {
+		if !strings.Contains(m, w) {
+			t.Errorf("the EPP's /metrics lacks %s", w)
+		}
+	}
+	// The log says the peer store holds the initial set (upstream's MemoryPeerStore,
+	// fed by the wiring).
+	if o := rs[0].out.String(); !strings.Contains(o, "peer discovery ready") {
+		t.Errorf("the EPP did not log that peer discovery is ready:\n%s", o)
+	}
+
+	// Replica 2 leaves the slice: the others follow within 1 s.
+	writeSlice(t, ns, rs, []int{0, 1}, nil)
+	left := waitViews(t, "replica 2 removed", 10*time.Second, rs, []int{0, 1}, func(i int) string { return want(rs, i, nil, 0, 1) })
+	if left > time.Second {
+		t.Errorf("replica 2 left the others' peer sets %s after the slice changed, want within 1 s", left.Round(time.Millisecond))
+	}
+	t.Logf("a replica removed from the slice left the others' peer sets within %s", left.Round(time.Millisecond))
+}
+
+// TestRealEPPLeaderElectionStandbys: with upstream's --ha-enable-leader-election
+// only the leader reports ready, so the EndpointSlice lists the standbys as not
+// ready; with membership alive each replica still lists every other one, the
+// standbys with ready=false.
+func TestRealEPPLeaderElectionStandbys(t *testing.T) {
+	ns, err := env.CreateNamespace(context.Background(), "llmdle", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := startReplicas(t, ns, 3, "alive", "--ha-enable-leader-election")
+	all := []int{0, 1, 2}
+	standbys := map[int]bool{1: true, 2: true}
+	writeSlice(t, ns, rs, all, standbys)
+	waitViews(t, "leader and standbys", 90*time.Second, rs, all, func(i int) string { return want(rs, i, standbys) })
+	// One lease, held by one of them.
+	leases, err := env.Clientset.CoordinationV1().Leases(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(leases.Items) == 0 {
+		t.Fatalf("no leader election lease in %s: %v", ns, err)
+	}
+}
+
+var client = &http.Client{Timeout: 5 * time.Second}
+
+func get(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("refusing to send a request to %s: tests talk to 127.0.0.1 only", addr)
+	}
+	resp, err := client.Get("http://" + addr + path)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}

@@ -1,0 +1,92 @@
+package peerdiscovery
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"time"
+
+	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/debugpeers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/dnssrv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+)
+
+// DNSParameters are the parameters of dns-peer-discovery.
+type DNSParameters struct {
+	// Name is the SRV name of the peer port of a headless Service:
+	// _peer-sync._tcp.<service>.<namespace>.svc.cluster.local. Required.
+	Name string `json:"name"`
+	// Namespace of the peers (default: env NAMESPACE, else POD_NAMESPACE).
+	Namespace string `json:"namespace,omitempty"`
+	// Interval between lookups, at least 1s (default 5s).
+	Interval *duration `json:"interval,omitempty"`
+	// Server, if set, is the DNS server to ask ("10.96.0.10:53") instead of the
+	// system's resolver.
+	Server string `json:"server,omitempty"`
+	// DebugAddress, if set, serves /debug/peers there (e.g. ":9091").
+	DebugAddress string `json:"debugAddress,omitempty"`
+}
+
+// DNSFactory builds dns-peer-discovery from its parameters. The replica recognizes
+// itself in the answers by POD_IP / POD_IPS (required).
+func DNSFactory(name string, params *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) {
+	var p DNSParameters
+	if err := decode(DNSType, params, &p); err != nil {
+		return nil, err
+	}
+	if p.Name == "" {
+		return nil, fmt.Errorf("name is required: the SRV name of the peer port of a headless Service, _peer-sync._tcp.<service>.<namespace>.svc.cluster.local")
+	}
+	if err := dnssrv.ValidateName(p.Name); err != nil {
+		return nil, fmt.Errorf("invalid name: %w", err)
+	}
+	interval := dnssrv.DefaultInterval
+	if p.Interval != nil {
+		if interval = p.Interval.Duration; interval < time.Second {
+			return nil, fmt.Errorf("invalid interval=%q: want at least 1s", p.Interval)
+		}
+	}
+	if p.Server != "" {
+		if _, err := netip.ParseAddrPort(p.Server); err != nil {
+			return nil, fmt.Errorf("invalid server=%q: want an IP address and port, e.g. 10.96.0.10:53", p.Server)
+		}
+	}
+	if err := validateDebugAddress(p.DebugAddress); err != nil {
+		return nil, err
+	}
+	if p.Namespace == "" {
+		p.Namespace = endpointslice.NamespaceFromEnv(getenv)
+	}
+	if p.Namespace == "" {
+		p.Namespace = "default"
+	}
+	self, err := selfFromEnv(p.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	if len(self.Addresses) == 0 {
+		return nil, fmt.Errorf("%s: this replica recognizes itself in DNS answers by its address: set POD_IP (fieldRef status.podIP) or POD_IPS (status.podIPs) from the downward API", DNSType)
+	}
+	log := logger(DNSType, name)
+	d, err := discovery.NewPeerDiscovery(dnssrv.SourceName, log,
+		discovery.PublisherOptions{Instance: name, Self: self, Reasons: []string{dnssrv.ReasonLookup}},
+		func(pub *discovery.Publisher) (discovery.Source, error) {
+			return dnssrv.NewSource(dnssrv.Config{Name: p.Name, Namespace: p.Namespace, Family: self.Family(),
+				Interval: interval, Resolver: dnssrv.Resolver(p.Server)}, pub, log), nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return &Plugin{
+		typedName: fwkplugin.TypedName{Type: DNSType, Name: name},
+		discovery: d,
+		view: debugpeers.New(debugpeers.Options{Store: d.Peers(), Publisher: d.Publisher(),
+			Self: peers.SelfDocument{Name: self.Name, Namespace: p.Namespace, Addresses: self.Strings()}}),
+		debugAddr: p.DebugAddress,
+		log:       log,
+	}, nil
+}
