@@ -55,9 +55,44 @@ $(K8S_STAMP): hack/k8s/go.mod hack/k8s/go.sum $(foreach c,$(K8S_COMPONENTS),hack
 	hack/k8s/build.sh $(K8S_BIN) $(K8S_COMPONENTS)
 	rm -f $(K8S_BIN)/.built-* && touch $@
 
+##@ llm-d-router's EPP
+# llmdrouter/ builds against upstream llm-d-router at the version its go.mod requires:
+# the module proxy's copy where it is served, else the pinned tree of
+# ../shared/upstream, substituted through bin/llmdrouter.work (never a committed
+# replace). hack/llmdrouter.sh says more.
+LLMD_WORK     := $(BIN)/llmdrouter.work
+LLMD_EPP      := $(BIN)/epp-llmd
+LLMD_IMAGE    ?= epp-peer-discovery/llm-d-router-epp:$(shell awk '$$1=="appVersion:" {gsub(/"/,"",$$2); print $$2}' charts/epp/Chart.yaml)
+LLMD_GO       := GOWORK=$(LLMD_WORK) CGO_ENABLED=0 go
+
+.PHONY: llmdrouter-work
+llmdrouter-work: ## Write bin/llmdrouter.work, which builds llmdrouter/ with upstream llm-d-router (the proxy's, else the pinned tree).
+	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && hack/llmdrouter.sh work $(LLMD_WORK) "$$tree"
+
+.PHONY: build-llmd
+build-llmd: llmdrouter-work ## Build bin/epp-llmd: llm-d-router's EPP with peer discovery (llmdrouter/cmd/epp; a few minutes cold).
+	@echo "building bin/epp-llmd (llmdrouter/cmd/epp)"
+	@cd llmdrouter && $(HEARTBEAT) env $(LLMD_GO) build -trimpath -o $(LLMD_EPP) ./cmd/epp
+
+.PHONY: image-llmd
+image-llmd: build-llmd ## Build the image of bin/epp-llmd FROM scratch (/app/epp, as upstream's image) with docker.
+	hack/image.sh $(LLMD_EPP) $(LLMD_IMAGE) Dockerfile.llmd
+
+.PHONY: llmdrouter-tidy
+llmdrouter-tidy: ## go mod tidy llmdrouter/ against the upstream tree, keeping go.sum right for users (with upstream's proxy lines).
+	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && hack/llmdrouter.sh tidy "$$tree"
+
+.PHONY: test-llmdrouter
+test-llmdrouter: k8s build-llmd ## llmdrouter/: the plugins, the wiring, the real EPP binary as three replicas on envtest, a fresh module that imports it.
+	cd llmdrouter && EPP_LLMD_BIN=$(LLMD_EPP) $(LLMD_GO) test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
+
+.PHONY: test-upstream-patch
+test-upstream-patch: k8s ## Apply llmdrouter/patches to a copy of the pinned upstream tree and run upstream's cmd/epp/runner tests with it.
+	hack/llmdrouter.sh patch-test $(BIN)/upstream-patched
+
 ##@ Test
 .PHONY: test
-test: lint k8s test-unit test-fuzz test-integration bench-live-smoke test-manifests test-terraform e2e-local e2e-scale ## Run every test tier (the README's test command).
+test: lint k8s test-unit test-fuzz test-integration test-llmdrouter test-upstream-patch bench-live-smoke test-manifests test-terraform e2e-local e2e-scale ## Run every test tier (the README's test command).
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
@@ -70,7 +105,7 @@ test-fuzz: ## Fuzz the peer-set computation, its incremental State against it, a
 	go test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./controller/peerfile
 
 .PHONY: test-integration
-test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest): the wiring, a host manager, the llm-d-router adapter, bin/epp black-box, and faults (refused, reset, black-holed, TLS, 5xx, Role removed, API server restart, 50 replicas against a stopped server).
+test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest): the wiring, a host manager, bin/epp black-box, and faults (refused, reset, black-holed, TLS, 5xx, Role removed, API server restart, 50 replicas against a stopped server).
 	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/integration/... ./controller/faults/... ./internal/...
 
 .PHONY: test-manifests
@@ -181,8 +216,9 @@ e2e-kind: e2e-tools kind $(BIN)/epp-runc ## End to end on kind: docker-up, kind-
 	  DOCKER_STATE=$(DOCKER_STATE) KIND_STATE=$(KIND_STATE) EPP_BIN=$(BIN)/epp hack/kind/e2e.sh
 
 ##@ Quality
-# Go modules of the repository: the library (root) and the nested test modules.
-GO_MODULES := . e2e charts kustomize terraform
+# Go modules of the repository: the library (root), the llm-d-router module and the
+# nested test modules.
+GO_MODULES := . llmdrouter e2e charts kustomize terraform
 # Tools, each pinned as the `tool` of a module of its own under hack/tools (so that
 # their dependencies never mix), built into bin/ on demand.
 tool_version = $(shell awk '$$1=="$(1)" {print $$2; exit}' hack/tools/$(2)/go.mod)
@@ -222,12 +258,14 @@ set-version: ## Set the release version everywhere it appears (VERSION=x.y.z): t
 	$(MAKE) docs
 
 .PHONY: lint
-lint: $(BIN)/golangci-lint verify-modgraph verify-docs ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check and the generated docs (terraform fmt is checked by test-terraform).
-	@for m in $(GO_MODULES); do echo "golangci-lint: $$m"; (cd $$m && $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...) || exit 1; done
+lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check and the generated docs (terraform fmt is checked by test-terraform).
+	@for m in $(GO_MODULES); do echo "golangci-lint: $$m"; vars="GOWORK=off"; [ $$m = llmdrouter ] && vars="GOWORK=$(LLMD_WORK) CGO_ENABLED=0"; \
+	  (cd $$m && env $$vars $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...) || exit 1; done
 
 .PHONY: fmt
-fmt: $(BIN)/golangci-lint ## Format the Go code of every module (gofmt, goimports) as make lint expects.
-	@for m in $(GO_MODULES); do (cd $$m && $(BIN)/golangci-lint fmt --config $(ROOT)/.golangci.yml ./...) || exit 1; done
+fmt: $(BIN)/golangci-lint llmdrouter-work ## Format the Go code of every module (gofmt, goimports) as make lint expects.
+	@for m in $(GO_MODULES); do vars="GOWORK=off"; [ $$m = llmdrouter ] && vars="GOWORK=$(LLMD_WORK) CGO_ENABLED=0"; \
+	  (cd $$m && env $$vars $(BIN)/golangci-lint fmt --config $(ROOT)/.golangci.yml ./...) || exit 1; done
 
 .PHONY: verify-modgraph
 verify-modgraph: ## Fail when the root module's graph holds Helm, kustomize, terratest, Terraform or cloud SDK modules.
@@ -238,14 +276,14 @@ bench: ## Benchmarks of the peer-set computation and the /debug/peers rendering 
 	go test -run='^$$' -bench=. -benchmem -count=6 ./controller/peerset ./controller/app | tee $(BIN)/bench.txt
 
 .PHONY: bench-live
-bench-live: build k8s ## epp and a plain client-go informer side by side on one real API server at 3/100/1,000/10,000 peers; writes the table to docs/PERFORMANCE.md (~10 min).
+bench-live: build build-llmd k8s ## epp, a plain client-go informer and llm-d-router's EPP with the plugin, side by side on one real API server at 3/100/1,000/10,000 peers; writes the tables to docs/PERFORMANCE.md (~15 min).
 	go build -o $(BIN)/benchlive-reference ./hack/benchlive/reference
-	go run ./hack/benchlive --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference --write=docs/PERFORMANCE.md
+	go run ./hack/benchlive --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference --llmd=$(LLMD_EPP) --write=docs/PERFORMANCE.md
 
 .PHONY: bench-live-smoke
-bench-live-smoke: build k8s ## A short bench-live (3 and 100 peers, one run) that fails when epp makes API reads per change or takes a second to show one.
+bench-live-smoke: build build-llmd k8s ## A short bench-live (3 and 100 peers, one run) that fails when epp or llm-d-router's EPP makes API reads per change or takes a second to show one.
 	go build -o $(BIN)/benchlive-reference ./hack/benchlive/reference
-	go run ./hack/benchlive --smoke --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference
+	go run ./hack/benchlive --smoke --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference --llmd=$(LLMD_EPP)
 
 .PHONY: clean
 clean: ## Remove bin/ except the Kubernetes binaries.

@@ -10,6 +10,8 @@
 #   hack/llmdrouter.sh work <file> <tree>    write the go.work <file> that builds llmdrouter/ with <tree>
 #   hack/llmdrouter.sh tidy <tree>           go mod tidy llmdrouter/ against <tree>, keeping go.mod free
 #                                            of machine paths and go.sum complete for real users
+#   hack/llmdrouter.sh patch-test <dir>      apply llmdrouter/patches/*.patch to a copy of the pinned tree
+#                                            in <dir> and run upstream's cmd/epp/runner tests with it
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MOD=github.com/llm-d/llm-d-router
@@ -91,9 +93,41 @@ tidy() {
   { grep -v "^$MOD " "$scratch/llmdrouter/go.sum"; echo "$SUM_ZIP"; echo "$SUM_MOD"; } | LC_ALL=C sort -u > "$ROOT/llmdrouter/go.sum"
 }
 
+# patch_test applies our patches for upstream to a fresh copy of the tree and runs
+# upstream's own cmd/epp/runner tests, with the dependency versions of our EPP build
+# (a go.work with the repository's root module), on a real API server
+# (KUBEBUILDER_ASSETS). The Kubernetes-path test must have run, not skipped.
+patch_test() {
+  local dir=$1 tree patched
+  tree=$(upstream "$dir/pristine")
+  patched="$dir/llm-d-router"
+  rm -rf "$patched" && mkdir -p "$dir"
+  cp -r "$tree" "$patched" && chmod -R u+w "$patched"
+  # A repository of its own, so that git apply works relative to the tree (it lies
+  # inside this repository's bin/).
+  (cd "$patched" && git init -q)
+  local p
+  for p in "$ROOT"/llmdrouter/patches/*.patch; do
+    echo "applying $(basename "$p")"
+    (cd "$patched" && git apply -p1 "$p")
+  done
+  local gover
+  gover=$(awk '$1=="go" {print $2; exit}' "$ROOT/llmdrouter/go.mod")
+  printf 'go %s\n\nuse (\n\t%s\n\t%s\n)\n' "$gover" "$ROOT" "$patched" > "$dir/patched.work"
+  : "${KUBEBUILDER_ASSETS:?set KUBEBUILDER_ASSETS to the etcd and kube-apiserver binaries (make k8s)}"
+  local out
+  out=$(cd "$patched" && GOWORK="$dir/patched.work" CGO_ENABLED=0 go test -count=1 -v ./cmd/epp/runner/ 2>&1) || { printf '%s\n' "$out" | grep -v '^{' >&2; exit 1; }
+  printf '%s\n' "$out" | grep -E '^(--- |ok|PASS|FAIL)' || true
+  if ! printf '%s\n' "$out" | grep -q -- '--- PASS: TestSetupStartsPeerDiscovery'; then
+    echo "upstream patch: TestSetupStartsPeerDiscovery did not pass (skipped?): it needs KUBEBUILDER_ASSETS" >&2
+    exit 1
+  fi
+}
+
 case "${1:-}" in
   upstream) upstream "$2" ;;
   work) work "$2" "$3" ;;
   tidy) tidy "$2" ;;
-  *) echo "usage: $0 upstream <dir> | work <file> <tree> | tidy <tree>" >&2; exit 2 ;;
+  patch-test) patch_test "$2" ;;
+  *) echo "usage: $0 upstream <dir> | work <file> <tree> | tidy <tree> | patch-test <dir>" >&2; exit 2 ;;
 esac

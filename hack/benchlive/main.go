@@ -19,6 +19,12 @@
 //
 // and once per run at 100 peers: RSS before and after 5,000 slices of other
 // Services are created in the namespace.
+//
+// With --llmd=<binary> (llmdrouter/cmd/epp, `make build-llmd`), llm-d-router's EPP
+// with the endpointslice-peer-discovery plugin takes its turn as a third
+// implementation, measured through the plugin's /debug/peers (its debugAddress),
+// which shows the set the plugin delivers to the EPP's peer store; the report then
+// compares it with epp, the same discovery in a process of its own.
 package main
 
 import (
@@ -40,6 +46,7 @@ import (
 const (
 	implEpp       = "epp"
 	implReference = "reference"
+	implLLMD      = "llmd"
 	pollEvery     = 2 * time.Millisecond
 	// burstEvery spaces the writes whose CPU cost is measured.
 	burstEvery = 10 * time.Millisecond
@@ -58,6 +65,7 @@ type options struct {
 	eppBin    string
 	eppFlags  []string
 	refBin    string
+	llmdBin   string
 	write     string
 	smoke     bool
 }
@@ -79,6 +87,7 @@ func main() {
 	flag.StringVar(&o.eppBin, "epp", "bin/epp", "Path of the epp binary.")
 	eppFlags := flag.String("epp-flags", "", "Extra flags for epp, space-separated (e.g. --zap-log-level=error).")
 	flag.StringVar(&o.refBin, "reference", "bin/benchlive-reference", "Path of the reference binary.")
+	flag.StringVar(&o.llmdBin, "llmd", "", "Path of llm-d-router's EPP with peer discovery (bin/epp-llmd); empty leaves it out.")
 	flag.StringVar(&o.write, "write", "", "Markdown file whose bench-live section is replaced by the table.")
 	flag.BoolVar(&o.smoke, "smoke", false, "A short run that checks the bench works and epp's basics: 3 and 100 peers, one run, few events.")
 	flag.Parse()
@@ -102,7 +111,11 @@ func main() {
 }
 
 func run(o options) error {
-	for _, b := range []string{o.eppBin, o.refBin} {
+	bins := []string{o.eppBin, o.refBin}
+	if o.llmdBin != "" {
+		bins = append(bins, o.llmdBin)
+	}
+	for _, b := range bins {
 		if _, err := os.Stat(b); err != nil {
 			return fmt.Errorf("%s: %w (make bench-live builds it)", b, err)
 		}
@@ -123,7 +136,7 @@ func run(o options) error {
 			return fmt.Errorf("creating %d endpoints: %w", n, err)
 		}
 		for r := range o.runs {
-			for _, impl := range order(r) {
+			for _, impl := range b.order(r) {
 				m, err := b.measure(ctx, impl, svc, n)
 				if err != nil {
 					return fmt.Errorf("%s, %d peers, run %d: %w", impl, n, r+1, err)
@@ -138,7 +151,7 @@ func run(o options) error {
 		return err
 	}
 	for r := range o.runs {
-		for _, impl := range order(r) {
+		for _, impl := range b.order(r) {
 			d, err := b.rssDelta(ctx, impl, svc.ns)
 			if err != nil {
 				return fmt.Errorf("%s, RSS run %d: %w", impl, r+1, err)
@@ -158,12 +171,14 @@ func run(o options) error {
 	return nil
 }
 
-// order alternates which implementation goes first.
-func order(run int) []string {
-	if run%2 == 0 {
-		return []string{implEpp, implReference}
+// order rotates which implementation goes first.
+func (b *bench) order(run int) []string {
+	impls := []string{implEpp, implReference}
+	if b.llmdBin != "" {
+		impls = append(impls, implLLMD)
 	}
-	return []string{implReference, implEpp}
+	k := run % len(impls)
+	return append(impls[k:len(impls):len(impls)], impls[:k]...)
 }
 
 // measurement is one run of one implementation at one size.

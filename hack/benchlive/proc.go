@@ -46,6 +46,18 @@ func (b *bench) start(impl, ns string) (*proc, error) {
 		probeAddr = peersAddr
 		cmd = exec.Command(b.refBin, "--kubeconfig="+b.env.Kubeconfig, "--namespace="+ns, "--service=epp", "--addr="+peersAddr)
 		cmd.Env = []string{"HOME=" + os.TempDir()}
+	case implLLMD:
+		// Upstream's standalone mode (no InferencePool), its ports on 127.0.0.1's
+		// free ports, the plugin serving /debug/peers; ready once that says synced.
+		port := func() string { a := freeAddr(); return a[strings.LastIndex(a, ":")+1:] }
+		config := "apiVersion: llm-d.ai/v1alpha1\nkind: EndpointPickerConfig\nplugins:\n- type: queue-scorer\n" +
+			"- name: peers\n  type: endpointslice-peer-discovery\n  parameters: {service: epp, debugAddress: \"" + peersAddr + "\"}\n" +
+			"schedulingProfiles:\n- name: default\n  plugins:\n  - pluginRef: queue-scorer\ndataLayer:\n  peerDiscovery:\n    pluginRef: peers\n"
+		probeAddr = ""
+		cmd = exec.Command(b.llmdBin, "--endpoint-selector=app=bench-model-server", "--endpoint-target-ports=8000", "--pool-namespace="+ns,
+			"--grpc-port="+port(), "--grpc-health-port="+port(), "--metrics-port="+port(), "--metrics-endpoint-auth=false",
+			"--drain-timeout=0s", "--zap-log-level=error", "--config-text="+config)
+		cmd.Env = []string{"NAMESPACE=" + ns, "POD_NAME=bench-7d9f8c6b5-self", "KUBECONFIG=" + b.env.Kubeconfig, "HOME=" + os.TempDir()}
 	default:
 		return nil, fmt.Errorf("unknown implementation %q", impl)
 	}
@@ -60,13 +72,8 @@ func (b *bench) start(impl, ns string) (*proc, error) {
 	go func() { p.done <- cmd.Wait() }()
 	deadline := p.started.Add(60 * time.Second)
 	for {
-		resp, err := p.client.Get(p.readyURL)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
+		if p.ready() {
+			return p, nil
 		}
 		select {
 		case err := <-p.done:
@@ -80,6 +87,23 @@ func (b *bench) start(impl, ns string) (*proc, error) {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// ready reports whether the process is ready: /readyz answers 200, or for
+// llm-d-router's EPP (whose readiness is its gRPC health, not about peers) the
+// plugin's /debug/peers says synced.
+func (p *proc) ready() bool {
+	if p.impl == implLLMD {
+		body, err := p.peers()
+		return err == nil && bytes.Contains(body, []byte(`"synced": true`))
+	}
+	resp, err := p.client.Get(p.readyURL)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // stop sends SIGTERM and waits (killing it after 10 s).
