@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -19,7 +20,7 @@ import (
 func served(t *testing.T, v *debugpeers.View) peers.Document {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	v.ServeHTTP(rec, httptest.NewRequest("GET", "/debug/peers", nil))
+	v.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/debug/peers", nil))
 	body, _ := io.ReadAll(rec.Body)
 	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" {
 		t.Fatalf("GET /debug/peers: %d %q", rec.Code, rec.Header().Get("Content-Type"))

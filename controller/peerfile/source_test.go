@@ -330,7 +330,9 @@ func TestUnwatchableFolderIsLogged(t *testing.T) {
 	go func() { done <- src.Run(ctx) }()
 	defer func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
 	}()
 	waitUntil(t, "the watch failure logged", func() bool { return strings.Contains(logs.String(), "cannot watch the peers file's folder") })
 	reads := src.Reads()

@@ -38,7 +38,7 @@ type Runner interface {
 
 var (
 	mu        sync.Mutex
-	tracked   = map[string]bool{} // plugin types that are peer discovery
+	tracked   = map[string]bool{}  // plugin types that are peer discovery
 	instances = map[string]*slot{} // by plugin name
 	store     = statesync.NewMemoryPeerStore()
 )

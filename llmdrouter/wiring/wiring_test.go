@@ -140,7 +140,9 @@ func (failingPlugin) Ready() <-chan struct{} { return make(chan struct{}) }
 // EPP (exit code 1) instead of leaving it running without peers.
 func TestRunStopsTheEPPWhenPeerDiscoveryFails(t *testing.T) {
 	fwkplugin.Register("failing-peer-discovery", fwkplugin.StabilityAlpha, wiring.Tracked("failing-peer-discovery",
-		func(name string, _ *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) { return failingPlugin{name: name}, nil }))
+		func(name string, _ *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) {
+			return failingPlugin{name: name}, nil
+		}))
 	l := &loader{plugins: map[string]string{"doomed": "failing-peer-discovery"}, ran: make(chan struct{})}
 	args := []string{"--config-text=" + config("  - name: doomed\n    type: failing-peer-discovery\n", "dataLayer:\n  peerDiscovery:\n    pluginRef: doomed\n")}
 	code := make(chan int, 1)
