@@ -251,12 +251,20 @@ func peerChanges(t *testing.T, ctx context.Context, rt *podproc.Runtime) map[str
 			t.Fatal(err)
 		}
 		for _, line := range strings.Split(text, "\n") {
-			for _, name := range []string{"epp_peer_discovery_peer_upserts_total ", "epp_peer_discovery_peer_deletes_total "} {
-				if v, ok := strings.CutPrefix(line, name); ok {
-					f, _ := strconv.ParseFloat(v, 64)
-					out[r.Pod] += f
-				}
+			// epp_peer_discovery_peer_upserts_total{discovery="endpointslice"} 1002
+			fields := strings.Fields(line)
+			if len(fields) < 2 {
+				continue
 			}
+			name, _, _ := strings.Cut(fields[0], "{")
+			if name != "epp_peer_discovery_peer_upserts_total" && name != "epp_peer_discovery_peer_deletes_total" {
+				continue
+			}
+			f, err := strconv.ParseFloat(fields[len(fields)-1], 64)
+			if err != nil {
+				t.Fatalf("metrics line %q: %v", line, err)
+			}
+			out[r.Pod] += f
 		}
 	}
 	return out
