@@ -118,30 +118,6 @@ func (a *App) PeerSyncAddr() string {
 	return a.peerSync.Addr().String()
 }
 
-// answerPeerSync accepts connections on the peer-sync address and answers each with
-// one line naming this replica, then closes it: what a probe of another replica
-// needs to find this one reachable. It is not the EPP's state sync.
-func (a *App) answerPeerSync(ctx context.Context) error {
-	go func() { <-ctx.Done(); a.peerSync.Close() }()
-	line := []byte(fmt.Sprintf("epp-peer-discovery %s/%s\n", a.opts.PoolNamespace, a.opts.Self.Name))
-	for {
-		conn, err := a.peerSync.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return fmt.Errorf("--peer-sync-bind-address: %w", err)
-		}
-		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = conn.Write(line)
-		_ = conn.Close()
-	}
-}
-
 // Run serves and runs the peer source until ctx ends or something fails.
 func (a *App) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
@@ -172,7 +148,13 @@ func (a *App) Run(ctx context.Context) error {
 		g.Go(func() error { return a.prober.Run(ctx, a.Store) })
 	}
 	if a.peerSync != nil {
-		g.Go(func() error { return a.answerPeerSync(ctx) })
+		line := fmt.Sprintf("epp-peer-discovery %s/%s\n", a.opts.PoolNamespace, a.opts.Self.Name)
+		g.Go(func() error {
+			if err := reachability.Answer(ctx, a.peerSync, line); err != nil {
+				return fmt.Errorf("--peer-sync-bind-address: %w", err)
+			}
+			return nil
+		})
 	}
 	if a.opts.SnapshotFile != "" {
 		g.Go(func() error { return a.view.WriteSnapshots(ctx, a.opts.SnapshotFile, a.log.WithName("snapshot")) })

@@ -14,6 +14,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 )
 
 // Defaults of the flags.
@@ -98,7 +99,11 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	}
 	fs.StringVar(&o.PeerPortName, "epp-peer-port-name", DefaultPeerPortName, "Service port name whose port is each peer's port.")
 	fs.IntVar(&o.PeerPort, "epp-peer-port", DefaultPeerPort, "Port used when a slice has no port of that name.")
-	fs.StringVar(&membership, "epp-peer-membership", string(peers.MembershipReady), `Which endpoints are peers: "ready" (ready, not terminating) or "alive" (also not ready, e.g. leader-election standbys).`)
+	membershipDefault := string(peers.MembershipReady)
+	if v := getenv(MembershipEnv); v != "" {
+		membershipDefault = v
+	}
+	fs.StringVar(&membership, "epp-peer-membership", membershipDefault, `Which endpoints are peers: "ready" (ready, not terminating) or "alive" (also not ready, e.g. leader-election standbys); default from env `+MembershipEnv+`, else "ready".`)
 	fs.StringVar(&o.SnapshotFile, "epp-peer-snapshot-file", "", "After every change, atomically write the /debug/peers document here.")
 	fs.StringVar(&o.PoolNamespace, "pool-namespace", endpointslice.NamespaceFromEnv(getenv), "Namespace of the Service and its slices (default: env NAMESPACE, else POD_NAMESPACE).")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, then in-cluster, then ~/.kube/config).")
@@ -133,13 +138,18 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	return o, o.complete(membership, sources, sourceArgs, getenv, stderr)
 }
 
+// MembershipEnv is the environment variable that sets the default of
+// --epp-peer-membership (what a kustomize component can add to a sidecar without
+// rewriting its args).
+const MembershipEnv = "EPP_PEER_MEMBERSHIP"
+
 // ProbeIntervalEnv is the environment variable that sets the default of
 // --epp-peer-probe-interval: what a kustomize component can add to a container
 // without rewriting its args.
-const ProbeIntervalEnv = "EPP_PEER_PROBE_INTERVAL"
+const ProbeIntervalEnv = reachability.IntervalEnv
 
 // MinProbeInterval is the shortest probe interval accepted.
-const MinProbeInterval = 100 * time.Millisecond
+const MinProbeInterval = reachability.MinInterval
 
 func probeIntervalFromEnv(getenv func(string) string) (time.Duration, error) {
 	v := getenv(ProbeIntervalEnv)

@@ -25,6 +25,16 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 
+// IntervalEnv is the environment variable that sets a probe interval where no flag
+// or parameter does (the epp binary's --epp-peer-probe-interval default, the EPP
+// plugin's probeInterval): what a kustomize component can add to a container without
+// rewriting its args or configuration.
+const IntervalEnv = "EPP_PEER_PROBE_INTERVAL"
+
+// MinInterval is the shortest probe interval accepted, everywhere: flags,
+// parameters, the chart's schema, the Terraform module's validation.
+const MinInterval = 100 * time.Millisecond
+
 // Defaults of Options.
 const (
 	DefaultMaxRate = 20.0 // probes per second, all peers together
@@ -326,4 +336,29 @@ func (l *limiter) wait(ctx context.Context) bool {
 		}
 	}
 	return ctx.Err() == nil
+}
+
+// Answer accepts connections on l and answers each with line (say, one naming the
+// replica), then closes it, until ctx ends (nil) or accepting fails: what a probe of
+// another replica needs to find this one reachable where nothing else listens on
+// the peer-sync port. It is not a state sync.
+func Answer(ctx context.Context, l net.Listener, line string) error {
+	go func() { <-ctx.Done(); l.Close() }()
+	b := []byte(line)
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = conn.Write(b)
+		_ = conn.Close()
+	}
 }

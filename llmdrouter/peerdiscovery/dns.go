@@ -8,11 +8,9 @@ import (
 
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/debugpeers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/dnssrv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 
 // DNSParameters are the parameters of dns-peer-discovery.
@@ -27,9 +25,11 @@ type DNSParameters struct {
 	// Server, if set, is the DNS server to ask ("10.96.0.10:53") instead of the
 	// system's resolver.
 	Server string `json:"server,omitempty"`
-	// DebugAddress, if set, serves /debug/peers there (e.g. ":9091").
-	DebugAddress string `json:"debugAddress,omitempty"`
+	Extras
 }
+
+// DNSNameEnv is the variable the DNS type's name falls back to.
+const DNSNameEnv = "EPP_PEER_DNS"
 
 // DNSFactory builds dns-peer-discovery from its parameters. The replica recognizes
 // itself in the answers by POD_IP / POD_IPS (required).
@@ -39,7 +39,10 @@ func DNSFactory(name string, params *json.Decoder, _ fwkplugin.Handle) (fwkplugi
 		return nil, err
 	}
 	if p.Name == "" {
-		return nil, fmt.Errorf("name is required: the SRV name of the peer port of a headless Service, _peer-sync._tcp.<service>.<namespace>.svc.cluster.local")
+		p.Name = getenv(DNSNameEnv)
+	}
+	if p.Name == "" {
+		return nil, fmt.Errorf("name is required (or env %s): the SRV name of the peer port of a headless Service, _peer-sync._tcp.<service>.<namespace>.svc.cluster.local", DNSNameEnv)
 	}
 	if err := dnssrv.ValidateName(p.Name); err != nil {
 		return nil, fmt.Errorf("invalid name: %w", err)
@@ -55,7 +58,7 @@ func DNSFactory(name string, params *json.Decoder, _ fwkplugin.Handle) (fwkplugi
 			return nil, fmt.Errorf("invalid server=%q: want an IP address and port, e.g. 10.96.0.10:53", p.Server)
 		}
 	}
-	if err := validateDebugAddress(p.DebugAddress); err != nil {
+	if err := p.Extras.resolve(); err != nil {
 		return nil, err
 	}
 	if p.Namespace == "" {
@@ -81,12 +84,5 @@ func DNSFactory(name string, params *json.Decoder, _ fwkplugin.Handle) (fwkplugi
 	if err != nil {
 		return nil, err
 	}
-	return &Plugin{
-		typedName: fwkplugin.TypedName{Type: DNSType, Name: name},
-		discovery: d,
-		view: debugpeers.New(debugpeers.Options{Store: d.Peers(), Publisher: d.Publisher(),
-			Self: peers.SelfDocument{Name: self.Name, Namespace: p.Namespace, Addresses: self.Strings()}}),
-		debugAddr: p.DebugAddress,
-		log:       log,
-	}, nil
+	return newPlugin(DNSType, name, d, self, p.Namespace, p.Extras, log)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/debugpeers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/wiring"
 )
 
@@ -48,13 +50,88 @@ func Register() {
 }
 
 // Plugin is peer discovery as an EPP plugin: a discovery.PeerDiscovery (one source
-// with its own store), its /debug/peers view, and an optional address to serve it on.
+// with its own store), its /debug/peers view, and the optional extras: an address to
+// serve the view on, reachability probing, and an answer on the peer-sync port.
 type Plugin struct {
 	typedName fwkplugin.TypedName
 	discovery *discovery.PeerDiscovery
 	view      *debugpeers.View
-	debugAddr string
+	prober    *reachability.Prober // nil without probeInterval
+	extras    Extras
+	self      string // namespace/name, in the peer-sync answer
 	log       logr.Logger
+}
+
+// Extras are the parameters every peer-discovery type shares besides its source's.
+// Each falls back to an environment variable (what a kustomize component or a Helm
+// post-renderer can set without editing the EPP's configuration file).
+type Extras struct {
+	// DebugAddress, if set, serves /debug/peers there (e.g. ":9091"). Env
+	// EPP_PEER_DEBUG_ADDRESS.
+	DebugAddress string `json:"debugAddress,omitempty"`
+	// ProbeInterval, if set, probes every peer's peer-sync port (a TCP connect)
+	// about this often, jittered, and shows reachability in /debug/peers; at least
+	// 100ms. Env EPP_PEER_PROBE_INTERVAL.
+	ProbeInterval *duration `json:"probeInterval,omitempty"`
+	// PeerSyncAddress, if set, is listened on (":9005") and each connection answered
+	// with one line naming the replica, so that its peers' probes find it reachable
+	// where nothing else listens on the peer-sync port. Env EPP_PEER_SYNC_ADDRESS.
+	PeerSyncAddress string `json:"peerSyncAddress,omitempty"`
+}
+
+// resolve fills the extras from the environment where the parameters leave them
+// out, and validates them; errors name the parameter, or the variable it came from.
+func (e *Extras) resolve() error {
+	name := func(param, env string, fromEnv bool) string {
+		if fromEnv {
+			return env
+		}
+		return param
+	}
+	debugEnv := e.DebugAddress == ""
+	if debugEnv {
+		e.DebugAddress = getenv("EPP_PEER_DEBUG_ADDRESS")
+	}
+	if err := validateAddress(name("debugAddress", "EPP_PEER_DEBUG_ADDRESS", debugEnv), e.DebugAddress); err != nil {
+		return err
+	}
+	syncEnv := e.PeerSyncAddress == ""
+	if syncEnv {
+		e.PeerSyncAddress = getenv("EPP_PEER_SYNC_ADDRESS")
+	}
+	if err := validateAddress(name("peerSyncAddress", "EPP_PEER_SYNC_ADDRESS", syncEnv), e.PeerSyncAddress); err != nil {
+		return err
+	}
+	if e.ProbeInterval == nil {
+		if v := getenv(reachability.IntervalEnv); v != "" {
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("invalid %s=%q: not a duration (e.g. 5s)", reachability.IntervalEnv, v)
+			}
+			e.ProbeInterval = &duration{d}
+			if d < reachability.MinInterval {
+				return fmt.Errorf("invalid %s=%q: want at least %v", reachability.IntervalEnv, v, reachability.MinInterval)
+			}
+		}
+	} else if e.ProbeInterval.Duration < reachability.MinInterval {
+		return fmt.Errorf("invalid probeInterval=%q: want at least %v", e.ProbeInterval, reachability.MinInterval)
+	}
+	return nil
+}
+
+// newPlugin assembles a plugin of type typ named name around d.
+func newPlugin(typ, name string, d *discovery.PeerDiscovery, self peers.Self, namespace string, extras Extras, log logr.Logger) (*Plugin, error) {
+	p := &Plugin{typedName: fwkplugin.TypedName{Type: typ, Name: name}, discovery: d, extras: extras,
+		self: namespace + "/" + self.Name, log: log}
+	if extras.ProbeInterval != nil && extras.ProbeInterval.Duration > 0 {
+		var err error
+		if p.prober, err = reachability.New(reachability.Options{Interval: extras.ProbeInterval.Duration}, log.WithName("reachability")); err != nil {
+			return nil, fmt.Errorf("probeInterval: %w", err)
+		}
+	}
+	p.view = debugpeers.New(debugpeers.Options{Store: d.Peers(), Publisher: d.Publisher(), Prober: p.prober,
+		Self: peers.SelfDocument{Name: self.Name, Namespace: namespace, Addresses: self.Strings()}})
+	return p, nil
 }
 
 // TypedName implements fwkplugin.Plugin.
@@ -62,28 +139,57 @@ func (p *Plugin) TypedName() fwkplugin.TypedName { return p.typedName }
 
 // Start implements fwkdl.PeerDiscovery: it runs the source and sends n the initial
 // peer set, then every change, from the calling goroutine, until ctx ends (nil) or
-// the source cannot go on (its error). With debugAddress it serves /debug/peers
-// there meanwhile.
+// the source cannot go on (its error). The extras run meanwhile.
 func (p *Plugin) Start(ctx context.Context, n fwkdl.PeerNotifier) error {
 	if n == nil {
 		return errors.New("peer discovery: Start needs a PeerNotifier")
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	if p.debugAddr != "" {
-		l, err := net.Listen("tcp", p.debugAddr)
+	var listeners []net.Listener
+	listen := func(param, addr string) (net.Listener, error) {
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			return fmt.Errorf("%s: debugAddress=%s: %w", p.typedName, p.debugAddr, err)
+			for _, o := range listeners {
+				o.Close()
+			}
+			return nil, fmt.Errorf("%s: %s=%s: %w", p.typedName, param, addr, err)
 		}
-		go func() { served <- p.serveDebug(ctx, l) }()
-	} else {
-		served <- nil
+		listeners = append(listeners, l)
+		return l, nil
 	}
-	err := p.discovery.Start(ctx, notifier{n})
-	cancel()
-	if serr := <-served; err == nil {
-		err = serr
+	g, ctx := errgroup.WithContext(ctx)
+	if p.extras.DebugAddress != "" {
+		l, err := listen("debugAddress", p.extras.DebugAddress)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return p.serveDebug(ctx, l) })
+	}
+	if p.extras.PeerSyncAddress != "" {
+		l, err := listen("peerSyncAddress", p.extras.PeerSyncAddress)
+		if err != nil {
+			return err
+		}
+		line := "epp-peer-discovery " + p.self + "\n"
+		g.Go(func() error {
+			if err := reachability.Answer(ctx, l, line); err != nil {
+				return fmt.Errorf("%s: peerSyncAddress: %w", p.typedName, err)
+			}
+			return nil
+		})
+	}
+	if p.prober != nil {
+		g.Go(func() error { return p.prober.Run(ctx, p.discovery.Peers()) })
+	}
+	g.Go(func() error {
+		err := p.discovery.Start(ctx, notifier{n})
+		if err == nil && ctx.Err() == nil {
+			err = errors.New("peer discovery stopped")
+		}
+		return err
+	})
+	err := g.Wait()
+	if errors.Is(err, context.Canceled) {
+		return nil
 	}
 	return err
 }
@@ -152,13 +258,13 @@ func decode(typ string, params *json.Decoder, v any) error {
 	return nil
 }
 
-// validateDebugAddress checks the optional debugAddress parameter.
-func validateDebugAddress(addr string) error {
+// validateAddress checks an optional listen address; the error names it as name.
+func validateAddress(name, addr string) error {
 	if addr == "" {
 		return nil
 	}
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-		return fmt.Errorf("invalid debugAddress=%q: want host:port, e.g. \":9091\"", addr)
+		return fmt.Errorf("invalid %s=%q: want host:port, e.g. \":9091\"", name, addr)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +27,8 @@ var _ fwkdl.PeerDiscovery = (*peerdiscovery.Plugin)(nil)
 func params(s string) *json.Decoder { return json.NewDecoder(strings.NewReader(s)) }
 
 func setEnv(t *testing.T, kv ...string) {
-	for _, k := range []string{"POD_NAME", "POD_IP", "POD_IPS", "NAMESPACE", "POD_NAMESPACE"} {
+	for _, k := range []string{"POD_NAME", "POD_IP", "POD_IPS", "NAMESPACE", "POD_NAMESPACE", "EPP_PEER_SERVICE", "EPP_PEER_PORT_NAME",
+		"EPP_PEER_PORT", "EPP_PEER_MEMBERSHIP", "EPP_PEER_PROBE_INTERVAL", "EPP_PEER_DEBUG_ADDRESS", "EPP_PEER_SYNC_ADDRESS", "EPP_PEER_DNS"} {
 		t.Setenv(k, "")
 	}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -108,7 +111,7 @@ func TestParametersRejected(t *testing.T) {
 	}{
 		{peerdiscovery.EndpointSliceType, `{"service": "epp", "serivce": "x"}`, `unknown field "serivce"`},
 		{peerdiscovery.EndpointSliceType, `{}`, "service is required"},
-		{peerdiscovery.EndpointSliceType, `{"service": "epp", "debugAddress": "9091"}`, `debugAddress="9091"`},
+		{peerdiscovery.EndpointSliceType, `{"service": "epp", "debugAddress": "9091"}`, `invalid debugAddress="9091"`},
 		{peerdiscovery.DNSType, `{}`, "name is required"},
 		{peerdiscovery.DNSType, `{"name": "epp.ns.svc"}`, "_<port name>._tcp"},
 		{peerdiscovery.DNSType, `{"name": "_p._tcp.epp.ns.svc", "interval": "200ms"}`, `interval="200ms"`},
@@ -198,4 +201,120 @@ func TestStartThroughUpstreamsContractOnly(t *testing.T) {
 	if err := json.Unmarshal(state, &doc); err != nil || doc.Source != "dns" || len(doc.Peers) != 1 {
 		t.Fatalf("DumpState: %v\n%s", err, state)
 	}
+}
+
+// TestParametersFromTheEnvironment: what the configuration leaves out comes from
+// the environment (what a kustomize component or a post-renderer sets), and a bad
+// value is named by its variable.
+func TestParametersFromTheEnvironment(t *testing.T) {
+	setEnv(t, "POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns", "EPP_PEER_SERVICE", "router-epp", "EPP_PEER_MEMBERSHIP", "alive",
+		"EPP_PEER_PORT", "7000", "EPP_PEER_DEBUG_ADDRESS", "127.0.0.1:0")
+	p, err := peerdiscovery.EndpointSliceFactory("peers", params(`{}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state, _ := p.(fwkplugin.StateDumper).DumpState()
+	if !strings.Contains(string(state), `"source": "endpointslice"`) {
+		t.Fatalf("state: %s", state)
+	}
+	for _, tc := range []struct{ env, value, want string }{
+		{"EPP_PEER_MEMBERSHIP", "leader", `invalid EPP_PEER_MEMBERSHIP="leader"`},
+		{"EPP_PEER_PORT", "http", `invalid EPP_PEER_PORT="http"`},
+		{"EPP_PEER_PORT", "70000", "invalid EPP_PEER_PORT=70000"},
+		{"EPP_PEER_SERVICE", "EPP.svc", `invalid EPP_PEER_SERVICE="EPP.svc"`},
+		{"EPP_PEER_PROBE_INTERVAL", "50ms", `invalid EPP_PEER_PROBE_INTERVAL="50ms": want at least 100ms`},
+		{"EPP_PEER_DEBUG_ADDRESS", "9091", `invalid EPP_PEER_DEBUG_ADDRESS="9091"`},
+	} {
+		setEnv(t, "POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns", "EPP_PEER_SERVICE", "epp", tc.env, tc.value)
+		if _, err := peerdiscovery.EndpointSliceFactory("peers", params(`{}`), nil); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%s: %v, want %q", tc.env, tc.value, err, tc.want)
+		}
+	}
+	// A parameter wins over the variable.
+	setEnv(t, "POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns", "EPP_PEER_MEMBERSHIP", "leader")
+	if _, err := peerdiscovery.EndpointSliceFactory("peers", params(`{"service": "epp", "membership": "ready"}`), nil); err != nil {
+		t.Fatalf("a parameter must win over its variable: %v", err)
+	}
+	if _, err := peerdiscovery.EndpointSliceFactory("peers", params(`{"service": "epp", "membership": "ready", "probeInterval": "50ms"}`), nil); err == nil ||
+		!strings.Contains(err.Error(), `invalid probeInterval="50ms": want at least 100ms`) {
+		t.Fatalf("probeInterval 50ms: %v", err)
+	}
+}
+
+// TestProbesAndAnswers: two replicas (DNS type, on 127.0.0.1 and 127.0.0.2) answer
+// on their peer-sync addresses and probe each other: reachable while the other runs,
+// unreachable once it stopped, still a peer.
+func TestProbesAndAnswers(t *testing.T) {
+	srv, err := dnsserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const name = "_peer-sync._tcp.epp-peers.ns.svc.cluster.local"
+	addrA, addrB := freeAddrOn(t, "127.0.0.1"), freeAddrOn(t, "127.0.0.2")
+	srv.SetAddrs("epp-a.epp-peers.ns.svc.cluster.local", "127.0.0.1")
+	srv.SetAddrs("epp-b.epp-peers.ns.svc.cluster.local", "127.0.0.2")
+	srv.SetSRV(name, dnsserver.SRV{Target: "epp-a.epp-peers.ns.svc.cluster.local", Port: portOf(addrA)},
+		dnsserver.SRV{Target: "epp-b.epp-peers.ns.svc.cluster.local", Port: portOf(addrB)})
+	build := func(pod, ip, sync string) *peerdiscovery.Plugin {
+		setEnv(t, "POD_NAME", pod, "POD_IP", ip, "NAMESPACE", "ns")
+		p, err := peerdiscovery.DNSFactory(pod, params(`{"name": "`+name+`", "interval": "1s", "server": "`+srv.Addr()+
+			`", "probeInterval": "200ms", "peerSyncAddress": "`+sync+`"}`), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.(*peerdiscovery.Plugin)
+	}
+	a, b := build("epp-a", "127.0.0.1", addrA), build("epp-b", "127.0.0.2", addrB)
+	run := func(p *peerdiscovery.Plugin) func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- p.Start(ctx, fwkdl.NewPeerNotifier(statesync.NewMemoryPeerStore())) }()
+		return func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Start: %v", err)
+			}
+		}
+	}
+	defer run(a)()
+	stopB := run(b)
+	reachable := func(p *peerdiscovery.Plugin) string {
+		state, _ := p.DumpState()
+		var doc peers.Document
+		_ = json.Unmarshal(state, &doc)
+		if len(doc.Peers) != 1 || doc.Peers[0].Reachable == nil {
+			return "unknown"
+		}
+		return map[bool]string{true: "reachable", false: "unreachable"}[*doc.Peers[0].Reachable]
+	}
+	waitFor := func(what string, p *peerdiscovery.Plugin, want string) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); reachable(p) != want; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				state, _ := p.DumpState()
+				t.Fatalf("%s: %s, want %s\n%s", what, reachable(p), want, state)
+			}
+		}
+	}
+	waitFor("a probes b", a, "reachable")
+	waitFor("b probes a", b, "reachable")
+	stopB()
+	waitFor("a probes a stopped b", a, "unreachable")
+}
+
+func freeAddrOn(t *testing.T, ip string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatalf("listening on %s: %v", ip, err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func portOf(addr string) uint16 {
+	_, p, _ := net.SplitHostPort(addr)
+	n, _ := strconv.Atoi(p)
+	return uint16(n)
 }
