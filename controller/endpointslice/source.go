@@ -236,7 +236,13 @@ func (s *Source) reportError(err error) {
 	case apierrors.IsForbidden(err):
 		s.pub.Fail(metrics.ReasonForbidden, s.forbidden(err))
 	default:
-		s.pub.Fail(metrics.ReasonWatch, fmt.Errorf("list/watch of endpointslices in namespace %q failed: %w", s.cfg.Namespace, err))
+		// Named by its cause where it has one (refused, tls, server-error, ...), as
+		// the health check's failures are; else "watch".
+		reason := Classify(err)
+		if reason == "other" {
+			reason = metrics.ReasonWatch
+		}
+		s.pub.Fail(reason, fmt.Errorf("list/watch of endpointslices in namespace %q failed: %w", s.cfg.Namespace, err))
 	}
 }
 
