@@ -126,12 +126,27 @@ func TestRBACOfTheRenderedServiceAccount(t *testing.T) {
 			t.Errorf("enabled: can %s endpointslices", verb)
 		}
 	}
+	// llm-d-router's EPP reads its model server pods, in its namespace, nothing more.
+	for _, ns := range []string{on, off} {
+		for _, verb := range []string{"get", "list", "watch"} {
+			if !can(ns, verb, "", "pods", ns) {
+				t.Errorf("%s: the EPP cannot %s pods in its own namespace", ns, verb)
+			}
+			if can(ns, verb, "", "pods", elsewhere) {
+				t.Errorf("%s: the EPP can %s pods in another namespace", ns, verb)
+			}
+		}
+	}
 	for _, r := range []struct{ verb, group, resource string }{
-		{"get", "", "secrets"}, {"list", "", "secrets"}, {"list", "", "pods"}, {"get", "", "pods"},
+		{"get", "", "secrets"}, {"list", "", "secrets"}, {"create", "", "pods"}, {"delete", "", "pods"},
 		{"list", "", "endpoints"}, {"list", "", "services"}, {"create", "authentication.k8s.io", "tokenreviews"},
+		{"update", "coordination.k8s.io", "leases"},
 	} {
 		if can(on, r.verb, r.group, r.resource, on) {
 			t.Errorf("enabled: can %s %s", r.verb, r.resource)
 		}
+	}
+	if can(sidecar, "list", "", "pods", sidecar) {
+		t.Error("sidecar: the ServiceAccount can list pods: the EPP is the user's, the chart grants only the peer Role")
 	}
 }

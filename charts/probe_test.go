@@ -2,6 +2,7 @@ package charts_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -23,9 +24,19 @@ func probeEnv(c corev1.Container) (string, bool) {
 	return "", false
 }
 
+// envValue is the value of the container's variable name.
+func envValue(c corev1.Container, name string) (string, bool) {
+	for _, e := range c.Env {
+		if e.Name == name {
+			return e.Value, true
+		}
+	}
+	return "", false
+}
+
 // TestProbing: probeInterval reaches the container that runs discovery as
-// EPP_PEER_PROBE_INTERVAL, and the peer-sync listener is epp's only where epp is the
-// EPP.
+// EPP_PEER_PROBE_INTERVAL, and the peer-sync answer is the plugin's only in mode epp
+// (in sidecar mode the EPP container owns that port).
 func TestProbing(t *testing.T) {
 	t.Run("mode epp", func(t *testing.T) {
 		pod := podOf(t, renderChart(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.probeInterval", "5s")))
@@ -33,8 +44,8 @@ func TestProbing(t *testing.T) {
 		if v, ok := probeEnv(epp); !ok || v != "5s" {
 			t.Fatalf("epp env %v: want EPP_PEER_PROBE_INTERVAL=5s", epp.Env)
 		}
-		if !slices.Contains(epp.Args, "--peer-sync-bind-address=:9005") {
-			t.Fatalf("epp args %v: epp must answer probes on its peer-sync port", epp.Args)
+		if v, ok := envValue(epp, "EPP_PEER_SYNC_ADDRESS"); !ok || v != ":9005" {
+			t.Fatalf("epp env %v: the plugin must answer probes on its peer-sync port", epp.Env)
 		}
 	})
 	t.Run("mode sidecar", func(t *testing.T) {
@@ -68,6 +79,21 @@ func TestProbing(t *testing.T) {
 	t.Run("schema refuses an interval without a unit", func(t *testing.T) {
 		if _, _, err := render.Helm("epp", "team-a", vals("router.epp.peerDiscovery.probeInterval", "5")); err == nil {
 			t.Fatal(`probeInterval "5" accepted`)
+		}
+	})
+	// One rule everywhere: the binary and the plugin refuse an interval below 100ms,
+	// so the chart does too (it used to pass 50ms, and the pods then exited).
+	t.Run("below 100ms refused, 100ms and compound durations accepted", func(t *testing.T) {
+		for _, v := range []string{"50ms", "99ms", "0.05s", "99999us"} {
+			_, _, err := render.Helm("epp", "team-a", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.probeInterval", v))
+			if err == nil || !strings.Contains(err.Error(), "at least 100ms") || !strings.Contains(err.Error(), "probeInterval") {
+				t.Errorf("probeInterval %q: %v, want refused naming the value and the 100ms minimum", v, err)
+			}
+		}
+		for _, v := range []string{"100ms", "0.1s", "1m30s", "5s", "0"} {
+			if _, _, err := render.Helm("epp", "team-a", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.probeInterval", v)); err != nil {
+				t.Errorf("probeInterval %q refused: %v", v, err)
+			}
 		}
 	})
 }

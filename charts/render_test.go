@@ -11,6 +11,7 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
 )
@@ -104,44 +105,114 @@ func servicePorts(s *corev1.Service) map[string]int32 {
 	return out
 }
 
+// eppArgs are the args of llm-d-router's EPP with the chart's defaults: peer
+// discovery never adds a flag.
+var eppArgs = []string{"--config-file=/config/default-plugins.yaml", "--endpoint-selector=app.kubernetes.io/component=model-server",
+	"--endpoint-target-ports=8000", "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=false"}
+
+// pluginConfig is the EPP configuration the EPP reads, decoded.
+func pluginConfig(t *testing.T, r rendered) map[string]any {
+	t.Helper()
+	cm := only[*corev1.ConfigMap](t, r)
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(cm.Data["default-plugins.yaml"]), &cfg); err != nil {
+		t.Fatalf("default-plugins.yaml: %v", err)
+	}
+	return cfg
+}
+
+// peerPlugin is the configuration's peer-discovery plugin entry and the pluginRef
+// ("" when there is none).
+func peerPlugin(t *testing.T, r rendered) (entry map[string]any, ref string) {
+	t.Helper()
+	cfg := pluginConfig(t, r)
+	for _, p := range cfg["plugins"].([]any) {
+		if m := p.(map[string]any); m["name"] == "peer-discovery" {
+			entry = m
+		}
+	}
+	if dl, ok := cfg["dataLayer"].(map[string]any); ok {
+		if pd, ok := dl["peerDiscovery"].(map[string]any); ok {
+			ref, _ = pd["pluginRef"].(string)
+		}
+	}
+	return entry, ref
+}
+
 func TestRender(t *testing.T) {
-	base := []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081"}
+	onEnv := []string{"EPP_PEER_SERVICE=epp", "EPP_PEER_DEBUG_ADDRESS=:9091"}
 	tests := []struct {
 		name        string
 		values      map[string]any
 		wantArgs    []string
-		peerPort    map[string]int32 // the peer port by name, nil when off
+		peerPort    map[string]int32 // the peer ports by name, nil when off
+		pluginEnv   []string         // NAME=value of the plugin's env, before the identity
+		pluginType  string
 		wantPDB     bool
 		wantReplica int32
 		wantEnv     []string
-		wantNetpol  bool
 		check       func(t *testing.T, r rendered)
 	}{
-		{name: "default: peer discovery off", values: nil, wantArgs: base, wantPDB: true, wantReplica: 3},
-		{name: "enabled", values: vals("router.epp.peerDiscovery.enabled", true),
-			wantArgs: append(base, "--peer-sync-bind-address=:9005", "--enable-peer-discovery", "--epp-peer-service=epp"),
-			peerPort: map[string]int32{"peer-sync": 9005}, wantPDB: true, wantReplica: 3},
-		{name: "enabled with custom serviceName, portName and port",
+		{name: "default: peer discovery off", values: nil, wantArgs: eppArgs, wantPDB: true, wantReplica: 3},
+		{name: "enabled", values: vals("router.epp.peerDiscovery.enabled", true), wantArgs: eppArgs,
+			peerPort: map[string]int32{"peer-sync": 9005, "http-peers": 9091}, pluginEnv: onEnv, pluginType: "endpointslice-peer-discovery", wantPDB: true, wantReplica: 3},
+		{name: "enabled with custom serviceName, portName, port and debugPort",
 			values: vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.serviceName", "epp-peers",
-				"router.epp.peerDiscovery.portName", "state-sync", "router.epp.peerDiscovery.port", 7000),
-			wantArgs: append(base, "--peer-sync-bind-address=:7000", "--enable-peer-discovery", "--epp-peer-service=epp-peers", "--epp-peer-port-name=state-sync", "--epp-peer-port=7000"),
-			peerPort: map[string]int32{"state-sync": 7000}, wantPDB: true, wantReplica: 3},
-		{name: "enabled with membership alive",
-			values:   vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.membership", "alive"),
-			wantArgs: append(base, "--peer-sync-bind-address=:9005", "--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-membership=alive"),
-			peerPort: map[string]int32{"peer-sync": 9005}, wantPDB: true, wantReplica: 3},
+				"router.epp.peerDiscovery.portName", "state-sync", "router.epp.peerDiscovery.port", 7000, "router.epp.peerDiscovery.debugPort", 7001),
+			wantArgs: eppArgs, peerPort: map[string]int32{"state-sync": 7000, "http-peers": 7001}, pluginType: "endpointslice-peer-discovery",
+			pluginEnv: []string{"EPP_PEER_SERVICE=epp-peers", "EPP_PEER_PORT_NAME=state-sync", "EPP_PEER_PORT=7000", "EPP_PEER_DEBUG_ADDRESS=:7001"},
+			wantPDB:   true, wantReplica: 3},
+		{name: "enabled with membership alive and probing",
+			values:   vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.membership", "alive", "router.epp.peerDiscovery.probeInterval", "5s"),
+			wantArgs: eppArgs, peerPort: map[string]int32{"peer-sync": 9005, "http-peers": 9091}, pluginType: "endpointslice-peer-discovery",
+			pluginEnv: []string{"EPP_PEER_SERVICE=epp", "EPP_PEER_MEMBERSHIP=alive", "EPP_PEER_DEBUG_ADDRESS=:9091", "EPP_PEER_SYNC_ADDRESS=:9005", "EPP_PEER_PROBE_INTERVAL=5s"},
+			wantPDB:   true, wantReplica: 3},
+		{name: "source dns: a headless peer Service, no Role", values: vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.source", "dns"),
+			wantArgs: eppArgs, peerPort: map[string]int32{"peer-sync": 9005, "http-peers": 9091}, pluginType: "dns-peer-discovery",
+			pluginEnv: []string{"EPP_PEER_DNS_SERVICE=epp-peers", "EPP_PEER_DEBUG_ADDRESS=:9091"}, wantPDB: true, wantReplica: 3,
+			check: func(t *testing.T, r rendered) {
+				var headless *corev1.Service
+				for _, o := range r.objs {
+					if s, ok := o.(*corev1.Service); ok && s.Name == "epp-peers" {
+						headless = s
+					}
+				}
+				if headless == nil || headless.Spec.ClusterIP != "None" || headless.Spec.PublishNotReadyAddresses ||
+					headless.Spec.Selector["app.kubernetes.io/instance"] != "epp" || len(headless.Spec.Ports) != 1 || headless.Spec.Ports[0].Name != "peer-sync" {
+					t.Fatalf("headless peer Service %+v", headless)
+				}
+			}},
 		{name: "membership without peer discovery renders nothing", values: vals("router.epp.peerDiscovery.membership", "alive"),
-			wantArgs: base, wantPDB: true, wantReplica: 3},
+			wantArgs: eppArgs, wantPDB: true, wantReplica: 3},
 		{name: "replicas 1: no PodDisruptionBudget", values: vals("router.epp.replicas", 1),
-			wantArgs: base, wantPDB: false, wantReplica: 1},
+			wantArgs: eppArgs, wantPDB: false, wantReplica: 1},
 		{name: "PodDisruptionBudget switched off", values: vals("router.epp.podDisruptionBudget.enabled", false),
-			wantArgs: base, wantPDB: false, wantReplica: 3},
+			wantArgs: eppArgs, wantPDB: false, wantReplica: 3},
+		{name: "leader election: the flag and the leases",
+			values:   vals("router.epp.leaderElection", true),
+			wantArgs: append(slices.Clone(eppArgs), "--ha-enable-leader-election"), wantPDB: true, wantReplica: 3,
+			check: func(t *testing.T, r rendered) {
+				for _, o := range r.objs {
+					if role, ok := o.(*rbacv1.Role); ok && role.Name == "epp" {
+						for _, rule := range role.Rules {
+							if slices.Contains(rule.Resources, "leases") && slices.Contains(rule.Verbs, "update") {
+								return
+							}
+						}
+					}
+				}
+				t.Fatal("leader election without a leases rule")
+			}},
+		{name: "an InferencePool instead of the endpoint selector",
+			values: vals("router.inferencePool.name", "pool-a"),
+			wantArgs: []string{"--config-file=/config/default-plugins.yaml", "--pool-name=pool-a", "--pool-namespace=team-a", "--pool-group=inference.networking.k8s.io",
+				"--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=false"}, wantPDB: true, wantReplica: 3},
 		{name: "extra env with valueFrom",
 			values: vals("router.epp.env", []any{
 				map[string]any{"name": "HF_TOKEN", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "hf", "key": "token"}}},
 				map[string]any{"name": "MODE", "value": "fast"},
 			}),
-			wantArgs: base, wantPDB: true, wantReplica: 3, wantEnv: []string{"HF_TOKEN", "MODE"},
+			wantArgs: eppArgs, wantPDB: true, wantReplica: 3, wantEnv: []string{"HF_TOKEN", "MODE"},
 			check: func(t *testing.T, r rendered) {
 				c := only[*appsv1.Deployment](t, r).Spec.Template.Spec.Containers[0]
 				e := c.Env[4]
@@ -149,26 +220,28 @@ func TestRender(t *testing.T) {
 					t.Fatalf("HF_TOKEN env = %+v, want a secretKeyRef hf/token", e)
 				}
 			}},
-		{name: "user flags, sorted, with peer discovery on",
-			values:   vals("router.epp.peerDiscovery.enabled", true, "router.epp.flags", map[string]any{"zap-log-level": "debug", "zap-devel": true, "v": 2}),
-			wantArgs: append(base, "--peer-sync-bind-address=:9005", "--enable-peer-discovery", "--epp-peer-service=epp", "--v=2", "--zap-devel=true", "--zap-log-level=debug"),
-			peerPort: map[string]int32{"peer-sync": 9005}, wantPDB: true, wantReplica: 3},
+		{name: "user flags and args, after the chart's, with peer discovery on",
+			values: vals("router.epp.peerDiscovery.enabled", true, "router.epp.flags", map[string]any{"zap-log-level": "debug", "tracing": false, "v": 2},
+				"router.epp.args", []any{"--drain-timeout=10s"}),
+			wantArgs: append(slices.Clone(eppArgs), "--tracing=false", "--v=2", "--zap-log-level=debug", "--drain-timeout=10s"),
+			peerPort: map[string]int32{"peer-sync": 9005, "http-peers": 9091}, pluginEnv: onEnv, pluginType: "endpointslice-peer-discovery", wantPDB: true, wantReplica: 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			r := renderChart(t, tc.values)
 			enabled := tc.peerPort != nil
+			slicesSource := tc.pluginType == "endpointslice-peer-discovery"
 
 			// Kinds and names.
-			want := []string{"Deployment/team-a/epp", "Service/team-a/epp", "ServiceAccount/team-a/epp"}
+			want := []string{"ConfigMap/team-a/epp-config", "Deployment/team-a/epp", "Role/team-a/epp", "RoleBinding/team-a/epp", "Service/team-a/epp", "ServiceAccount/team-a/epp"}
 			if tc.wantPDB {
 				want = append(want, "PodDisruptionBudget/team-a/epp")
 			}
-			if enabled {
+			if slicesSource {
 				want = append(want, "Role/team-a/epp-peer-discovery", "RoleBinding/team-a/epp-peer-discovery")
 			}
-			if tc.wantNetpol {
-				want = append(want, "NetworkPolicy/team-a/epp-peer-sync")
+			if tc.pluginType == "dns-peer-discovery" {
+				want = append(want, "Service/team-a/epp-peers")
 			}
 			slices.Sort(want)
 			got := r.keys()
@@ -177,20 +250,36 @@ func TestRender(t *testing.T) {
 				t.Fatalf("objects (-want +got):\n%s", diff)
 			}
 
-			// RBAC: the exact rule iff enabled, bound to the chart's ServiceAccount; never cluster-wide.
-			if enabled {
-				role := only[*rbacv1.Role](t, r)
-				if diff := cmp.Diff(peerRule, role.Rules); diff != "" {
-					t.Fatalf("Role rules (-want +got):\n%s", diff)
-				}
-				rb := only[*rbacv1.RoleBinding](t, r)
-				if rb.RoleRef.Kind != "Role" || rb.RoleRef.Name != role.Name ||
-					len(rb.Subjects) != 1 || rb.Subjects[0].Kind != "ServiceAccount" || rb.Subjects[0].Name != "epp" || rb.Subjects[0].Namespace != "team-a" {
-					t.Fatalf("RoleBinding %+v does not bind %s to ServiceAccount team-a/epp", rb, role.Name)
+			// RBAC: the exact peer rule iff discovery reads slices, bound to the chart's
+			// ServiceAccount; never cluster-wide.
+			for _, o := range r.objs {
+				switch o := o.(type) {
+				case *rbacv1.Role:
+					if o.Name == "epp-peer-discovery" {
+						if diff := cmp.Diff(peerRule, o.Rules); diff != "" {
+							t.Fatalf("peer Role rules (-want +got):\n%s", diff)
+						}
+					}
+					for _, rule := range o.Rules {
+						if slices.Contains(rule.Resources, "endpointslices") && o.Name != "epp-peer-discovery" {
+							t.Fatalf("Role %s grants endpointslices", o.Name)
+						}
+					}
+				case *rbacv1.RoleBinding:
+					if o.RoleRef.Kind != "Role" || o.RoleRef.Name != o.Name ||
+						len(o.Subjects) != 1 || o.Subjects[0].Kind != "ServiceAccount" || o.Subjects[0].Name != "epp" || o.Subjects[0].Namespace != "team-a" {
+						t.Fatalf("RoleBinding %+v does not bind %s to ServiceAccount team-a/epp", o, o.Name)
+					}
 				}
 			}
 			if n := count[*rbacv1.ClusterRole](r) + count[*rbacv1.ClusterRoleBinding](r); n != 0 {
 				t.Fatalf("%d cluster-scoped RBAC objects rendered", n)
+			}
+
+			// The EPP configuration: the plugin and its pluginRef iff enabled.
+			entry, ref := peerPlugin(t, r)
+			if enabled != (entry != nil) || (enabled && (entry["type"] != tc.pluginType || ref != "peer-discovery" || entry["parameters"] != nil)) {
+				t.Fatalf("EPP configuration: plugin %v, pluginRef %q; want %s (no parameters: they come from the env) iff enabled", entry, ref, tc.pluginType)
 			}
 
 			dep := only[*appsv1.Deployment](t, r)
@@ -201,29 +290,40 @@ func TestRender(t *testing.T) {
 			if pod.ServiceAccountName != "epp" {
 				t.Fatalf("serviceAccountName %q", pod.ServiceAccountName)
 			}
-			if got := pod.AutomountServiceAccountToken; got == nil || *got != enabled {
-				t.Fatalf("automountServiceAccountToken %v, want %v (a token only when the pod needs the API)", got, enabled)
+			if got := pod.AutomountServiceAccountToken; got == nil || !*got {
+				t.Fatalf("automountServiceAccountToken %v, want true (llm-d-router's EPP reads its model server pods)", got)
+			}
+			if dep.Spec.Template.Annotations["checksum/config"] == "" {
+				t.Fatal("no checksum/config annotation: a new configuration would not roll the pods")
 			}
 			c := pod.Containers[0]
 			if diff := cmp.Diff(tc.wantArgs, c.Args); diff != "" {
 				t.Fatalf("args (-want +got):\n%s", diff)
 			}
-			if c.Image != "epp-peer-discovery/epp:"+appVersion(t) || c.ImagePullPolicy != corev1.PullIfNotPresent {
+			if c.Image != "epp-peer-discovery/llm-d-router-epp:"+appVersion(t) || c.ImagePullPolicy != corev1.PullIfNotPresent {
 				t.Fatalf("image %s %s", c.Image, c.ImagePullPolicy)
 			}
 
-			// Downward-API env, always, first.
-			if diff := cmp.Diff(append([]string{"POD_IP", "POD_IPS", "POD_NAME", "NAMESPACE"}, tc.wantEnv...), envNames(c)); diff != "" {
+			// The plugin's env, then the downward-API identity, then the user's.
+			var gotPlugin []string
+			for _, e := range c.Env[:len(tc.pluginEnv)] {
+				gotPlugin = append(gotPlugin, e.Name+"="+e.Value)
+			}
+			if diff := cmp.Diff(tc.pluginEnv, gotPlugin); len(tc.pluginEnv) > 0 && diff != "" {
+				t.Fatalf("plugin env (-want +got):\n%s", diff)
+			}
+			rest := c.Env[len(tc.pluginEnv):]
+			if diff := cmp.Diff(append([]string{"POD_IP", "POD_IPS", "POD_NAME", "NAMESPACE"}, tc.wantEnv...), envNames(corev1.Container{Env: rest})); diff != "" {
 				t.Fatalf("env (-want +got):\n%s", diff)
 			}
 			for i, path := range []string{"status.podIP", "status.podIPs", "metadata.name", "metadata.namespace"} {
-				if f := c.Env[i].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != path {
-					t.Fatalf("env %s is not fieldRef %s", c.Env[i].Name, path)
+				if f := rest[i].ValueFrom; f == nil || f.FieldRef == nil || f.FieldRef.FieldPath != path {
+					t.Fatalf("env %s is not fieldRef %s", rest[i].Name, path)
 				}
 			}
 
-			// Ports: container and Service, peer port iff enabled.
-			wantContainer := map[string]int32{"grpc-ext-proc": 9002, "http-metrics": 9090, "probes": 8081}
+			// Ports: container and Service, the peer ports iff enabled.
+			wantContainer := map[string]int32{"grpc-ext-proc": 9002, "grpc-health": 9003, "http-metrics": 9090}
 			wantService := map[string]int32{"grpc-ext-proc": 9002, "http-metrics": 9090}
 			for name, port := range tc.peerPort {
 				wantContainer[name], wantService[name] = port, port
@@ -231,15 +331,21 @@ func TestRender(t *testing.T) {
 			if diff := cmp.Diff(wantContainer, portsOf(c)); diff != "" {
 				t.Fatalf("container ports (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(wantService, servicePorts(only[*corev1.Service](t, r))); diff != "" {
+			var svc *corev1.Service
+			for _, o := range r.objs {
+				if s, ok := o.(*corev1.Service); ok && s.Name == "epp" {
+					svc = s
+				}
+			}
+			if diff := cmp.Diff(wantService, servicePorts(svc)); diff != "" {
 				t.Fatalf("Service ports (-want +got, name->target when they differ):\n%s", diff)
 			}
 
-			// Probes.
-			if c.ReadinessProbe == nil || c.ReadinessProbe.HTTPGet == nil || c.ReadinessProbe.HTTPGet.Path != "/readyz" || c.ReadinessProbe.HTTPGet.Port.StrVal != "probes" {
+			// Probes: the EPP's gRPC health.
+			if p := c.ReadinessProbe; p == nil || p.GRPC == nil || p.GRPC.Port != 9003 || p.GRPC.Service == nil || *p.GRPC.Service != "readiness" || p.HTTPGet != nil {
 				t.Fatalf("readiness probe %+v", c.ReadinessProbe)
 			}
-			if c.LivenessProbe == nil || c.LivenessProbe.HTTPGet == nil || c.LivenessProbe.HTTPGet.Path != "/healthz" {
+			if p := c.LivenessProbe; p == nil || p.GRPC == nil || p.GRPC.Service == nil || *p.GRPC.Service != "liveness" || p.HTTPGet != nil {
 				t.Fatalf("liveness probe %+v", c.LivenessProbe)
 			}
 
@@ -273,8 +379,8 @@ func TestReleaseNaming(t *testing.T) {
 	}
 	r := rendered{objs: objs}
 	dep := only[*appsv1.Deployment](t, r)
-	if dep.Name != "router-epp" || !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--epp-peer-service=router-epp") {
-		t.Fatalf("release router: Deployment %s args %v; the flag must name the chart's own Service", dep.Name, dep.Spec.Template.Spec.Containers[0].Args)
+	if env := dep.Spec.Template.Spec.Containers[0].Env[0]; dep.Name != "router-epp" || env.Name != "EPP_PEER_SERVICE" || env.Value != "router-epp" {
+		t.Fatalf("release router: Deployment %s env %v; EPP_PEER_SERVICE must name the chart's own Service", dep.Name, env)
 	}
 	if svc := only[*corev1.Service](t, r); svc.Name != "router-epp" {
 		t.Fatalf("Service %s", svc.Name)
@@ -355,9 +461,11 @@ func TestSchemaAcceptsNullForOptionalFields(t *testing.T) {
 }
 
 func TestManagedFlagsAreRefused(t *testing.T) {
-	_, _, err := render.Helm("epp", "team-a", vals("router.epp.flags", map[string]any{"epp-peer-service": "other"}))
-	if err == nil || !strings.Contains(err.Error(), "router.epp.flags.epp-peer-service") || !strings.Contains(err.Error(), "router.epp.peerDiscovery") {
-		t.Fatalf("a managed flag in router.epp.flags: %v", err)
+	for _, flag := range []string{"config-file", "metrics-port", "endpoint-selector", "ha-enable-leader-election"} {
+		_, _, err := render.Helm("epp", "team-a", vals("router.epp.flags", map[string]any{flag: "x"}))
+		if err == nil || !strings.Contains(err.Error(), "router.epp.flags."+flag) || !strings.Contains(err.Error(), "set by the chart") {
+			t.Errorf("a managed flag in router.epp.flags (%s): %v", flag, err)
+		}
 	}
 }
 
@@ -376,7 +484,7 @@ func TestNotes(t *testing.T) {
 	}
 	for _, c := range []struct{ notes, want string }{
 		{off, "Peer discovery is OFF"}, {off, "router.epp.peerDiscovery.enabled=true"},
-		{on, "Peer discovery is ON"}, {on, "EndpointSlices of Service\nepp "}, {on, "kubectl port-forward -n team-a"}, {on, "curl -s localhost:9090/debug/peers"},
+		{on, "Peer discovery is ON"}, {on, "EndpointSlices of Service epp\n"}, {on, "kubectl port-forward -n team-a"}, {on, "curl -s localhost:9091/debug/peers"},
 		{on, "helm test epp -n team-a"},
 		{sidecar, "in a sidecar"}, {sidecar, "/var/run/epp-peers/peers.json"}, {sidecar, "curl -s localhost:9091/debug/peers"},
 	} {

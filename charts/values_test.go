@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 // eppContainer is the container named epp, wherever it is in the list.
@@ -60,8 +61,8 @@ func TestNameOverrides(t *testing.T) {
 	if dep.Name != "epp-gateway" || dep.Spec.Selector.MatchLabels["app.kubernetes.io/name"] != "gateway" {
 		t.Fatalf("nameOverride gateway: Deployment %s, selector %v", dep.Name, dep.Spec.Selector.MatchLabels)
 	}
-	if !slices.Contains(dep.Spec.Template.Spec.Containers[0].Args, "--epp-peer-service=epp-gateway") {
-		t.Fatalf("args %v: the flag must name the renamed Service", dep.Spec.Template.Spec.Containers[0].Args)
+	if env := dep.Spec.Template.Spec.Containers[0].Env[0]; env.Name != "EPP_PEER_SERVICE" || env.Value != "epp-gateway" {
+		t.Fatalf("env %v: EPP_PEER_SERVICE must name the renamed Service", env)
 	}
 
 	r = renderChart(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.fullnameOverride", "router"))
@@ -70,7 +71,7 @@ func TestNameOverrides(t *testing.T) {
 			t.Errorf("fullnameOverride router: %s", render.Key(o))
 		}
 	}
-	if rb := only[*rbacv1.RoleBinding](t, r); rb.Name != "router-peer-discovery" || rb.Subjects[0].Name != "router" {
+	if rb := peerRoleBinding(t, r); rb.Name != "router-peer-discovery" || rb.Subjects[0].Name != "router" {
 		t.Fatalf("RoleBinding %s binds %v", rb.Name, rb.Subjects)
 	}
 }
@@ -94,8 +95,10 @@ func TestServiceAccountValues(t *testing.T) {
 	if got := podOf(t, r).ServiceAccountName; got != "shared" {
 		t.Fatalf("serviceAccountName %q", got)
 	}
-	if rb := only[*rbacv1.RoleBinding](t, r); rb.Subjects[0].Name != "shared" {
-		t.Fatalf("RoleBinding binds %v, want shared", rb.Subjects)
+	for _, o := range r.objs {
+		if rb, ok := o.(*rbacv1.RoleBinding); ok && rb.Subjects[0].Name != "shared" {
+			t.Fatalf("RoleBinding %s binds %v, want shared", rb.Name, rb.Subjects)
+		}
 	}
 	r = renderChart(t, vals("router.epp.serviceAccount.create", false))
 	if got := podOf(t, r).ServiceAccountName; got != "default" {
@@ -138,12 +141,28 @@ func TestLabels(t *testing.T) {
 }
 
 func TestImageTagDefaultsToAppVersion(t *testing.T) {
-	if got := podOf(t, renderChart(t, nil)).Containers[0].Image; got != "epp-peer-discovery/epp:"+appVersion(t) {
+	if got := podOf(t, renderChart(t, nil)).Containers[0].Image; got != "epp-peer-discovery/llm-d-router-epp:"+appVersion(t) {
 		t.Fatalf("image %s", got)
 	}
-	if got := podOf(t, renderChart(t, vals("router.epp.image.tag", "dev"))).Containers[0].Image; got != "epp-peer-discovery/epp:dev" {
+	if got := podOf(t, renderChart(t, vals("router.epp.image.tag", "dev"))).Containers[0].Image; got != "epp-peer-discovery/llm-d-router-epp:dev" {
 		t.Fatalf("image %s", got)
 	}
+	// As in llm-d-router's charts: a registry before the repository.
+	if got := podOf(t, renderChart(t, vals("router.epp.image.registry", "ghcr.io/example/"))).Containers[0].Image; got != "ghcr.io/example/epp-peer-discovery/llm-d-router-epp:"+appVersion(t) {
+		t.Fatalf("image with a registry %s", got)
+	}
+}
+
+// peerRoleBinding is the RoleBinding of the peer-discovery Role.
+func peerRoleBinding(t *testing.T, r rendered) *rbacv1.RoleBinding {
+	t.Helper()
+	for _, o := range r.objs {
+		if rb, ok := o.(*rbacv1.RoleBinding); ok && strings.HasSuffix(rb.Name, "-peer-discovery") {
+			return rb
+		}
+	}
+	t.Fatalf("no peer-discovery RoleBinding among %v", r.keys())
+	return nil
 }
 
 func TestExtraPodFields(t *testing.T) {
@@ -154,10 +173,10 @@ func TestExtraPodFields(t *testing.T) {
 		"router.epp.initContainers", []any{map[string]any{"name": "setup", "image": "example.com/setup:1"}},
 	))
 	pod := podOf(t, r)
-	if len(pod.Volumes) != 1 || pod.Volumes[0].Name != "cache" {
-		t.Fatalf("volumes %+v", pod.Volumes)
+	if len(pod.Volumes) != 2 || pod.Volumes[0].Name != "config" || pod.Volumes[1].Name != "cache" {
+		t.Fatalf("volumes %+v: want the EPP configuration, then the extra one", pod.Volumes)
 	}
-	if c := pod.Containers[0]; c.Name != "epp" || len(c.VolumeMounts) != 1 || c.VolumeMounts[0].MountPath != "/cache" {
+	if c := pod.Containers[0]; c.Name != "epp" || len(c.VolumeMounts) != 2 || c.VolumeMounts[1].MountPath != "/cache" {
 		t.Fatalf("EPP container %+v", c)
 	}
 	if len(pod.Containers) != 2 || pod.Containers[1].Name != "proxy" || len(pod.InitContainers) != 1 || pod.InitContainers[0].Name != "setup" {
@@ -231,8 +250,11 @@ func TestSidecarMode(t *testing.T) {
 	if epp.Image != "example.com/my-epp:1.0" || !slices.Equal(epp.Command, []string{"/my-epp"}) || !slices.Equal(epp.Args, []string{"--config=/etc/epp.yaml"}) {
 		t.Fatalf("EPP container %s %v %v: image, command and args must be the user's", epp.Image, epp.Command, epp.Args)
 	}
-	if diff := cmp.Diff([]corev1.EnvVar{{Name: "EPP_PEERS_FILE", Value: "/var/run/epp-peers/peers.json"}, {Name: "MODE", Value: "fast"}}, epp.Env); diff != "" {
+	if diff := cmp.Diff([]string{"EPP_PEERS_FILE", "POD_IP", "POD_IPS", "POD_NAME", "NAMESPACE", "MODE"}, envNames(epp)); diff != "" {
 		t.Fatalf("EPP container env (-want +got):\n%s", diff)
+	}
+	if epp.Env[0].Value != "/var/run/epp-peers/peers.json" {
+		t.Fatalf("EPP_PEERS_FILE %q", epp.Env[0].Value)
 	}
 	if len(epp.VolumeMounts) != 1 || epp.VolumeMounts[0].Name != "peers" || !epp.VolumeMounts[0].ReadOnly {
 		t.Fatalf("EPP container mounts %+v: want only peers, read-only", epp.VolumeMounts)
@@ -301,7 +323,7 @@ func TestHelmTestHook(t *testing.T) {
 	if got := hooks(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.tests.enabled", false)); len(got) != 0 {
 		t.Fatal("a helm test hook with tests.enabled=false")
 	}
-	for mode, port := range map[string]string{"epp": "http-metrics", "sidecar": "http-peers"} {
+	for _, mode := range []string{"epp", "sidecar"} {
 		pods := hooks(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", mode))
 		if len(pods) != 1 {
 			t.Fatalf("%s: %d hooks", mode, len(pods))
@@ -314,9 +336,94 @@ func TestHelmTestHook(t *testing.T) {
 		if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(p.Labels)) {
 			t.Fatalf("%s: the test pod's labels %v match the Service's selector %v: it would be an endpoint and a peer", mode, p.Labels, svc.Spec.Selector)
 		}
-		want := []string{"check-peers", "--service=epp", "--namespace=team-a", "--port-name=" + port, "--timeout=60s"}
+		want := []string{"check-peers", "--service=epp", "--namespace=team-a", "--port-name=http-peers", "--timeout=60s"}
 		if diff := cmp.Diff(want, p.Spec.Containers[0].Args); diff != "" {
 			t.Fatalf("%s: check-peers args (-want +got):\n%s", mode, diff)
 		}
+		if img := p.Spec.Containers[0].Image; img != "epp-peer-discovery/epp:"+appVersion(t) {
+			t.Fatalf("%s: the test pod runs %s, want the epp binary's image", mode, img)
+		}
+	}
+}
+
+// TestDefectsRefusedOrFixed: values that used to pass and then broke at run time,
+// or to be refused although valid.
+func TestDefectsRefusedOrFixed(t *testing.T) {
+	refused := []struct {
+		name   string
+		values map[string]any
+		want   []string
+	}{
+		{"metrics on the health port", vals("router.epp.ports.metrics", 9003), []string{"router.epp.ports.grpcHealth and router.epp.ports.metrics are both port 9003"}},
+		{"peer port on the ext-proc port", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.port", 9002),
+			[]string{"router.epp.ports.extProc and router.epp.peerDiscovery.port are both port 9002"}},
+		{"peer debug port on the metrics port", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.debugPort", 9090),
+			[]string{"router.epp.ports.metrics and router.epp.peerDiscovery.debugPort are both port 9090"}},
+		{"a duplicate port name", vals("router.epp.extraContainerPorts", []any{map[string]any{"name": "http-metrics", "containerPort": 7000}}),
+			[]string{"router.epp.ports.metrics and router.epp.extraContainerPorts[0] both name a port \"http-metrics\""}},
+		{"sidecar ports clash", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar", "router.epp.peerDiscovery.sidecar.ports.probes", 8081),
+			[]string{"router.epp.ports.probes and router.epp.peerDiscovery.sidecar.ports.probes are both port 8081"}},
+		{"maxUnavailable not a number or percentage", vals("router.epp.podDisruptionBudget.maxUnavailable", "abc"), []string{"maxUnavailable"}},
+		{"top-level nameOverride (it belongs under router.epp)", map[string]any{"nameOverride": "x"}, []string{"nameOverride", "not allowed"}},
+		{"top-level fullnameOverride", map[string]any{"fullnameOverride": "x"}, []string{"fullnameOverride", "not allowed"}},
+		{"a configuration file that is not there", vals("router.epp.pluginsConfigFile", "mine.yaml"), []string{`router.epp.pluginsConfigFile="mine.yaml": no such file`}},
+		{"a configuration that already names a peer discovery", vals("router.epp.peerDiscovery.enabled", true, "router.epp.pluginsConfigFile", "mine.yaml",
+			"router.epp.pluginsCustomConfig", map[string]any{"mine.yaml": "plugins: []\ndataLayer:\n  peerDiscovery:\n    pluginRef: other\n"}),
+			[]string{"mine.yaml already sets dataLayer.peerDiscovery"}},
+	}
+	for _, tc := range refused {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := render.Helm("epp", "team-a", tc.values)
+			if err == nil {
+				t.Fatalf("values %v accepted", tc.values)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error does not say %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+	for name, values := range map[string]map[string]any{
+		"tests.timeout 1m30s":           vals("router.epp.peerDiscovery.enabled", true, "router.epp.tests.timeout", "1m30s"),
+		"maxUnavailable 25%":            vals("router.epp.podDisruptionBudget.maxUnavailable", "25%"),
+		"serviceMonitor interval 1m30s": vals("router.epp.serviceMonitor.interval", "1m30s"),
+	} {
+		if _, _, err := render.Helm("epp", "team-a", values); err != nil {
+			t.Errorf("%s refused: %v", name, err)
+		}
+	}
+}
+
+// TestProbeHandlers: a probe given with a handler is used as it is; the chart's
+// default handler is added only to a probe without one (a grpc probe merged with the
+// default httpGet had two handlers, which the API server rejects).
+func TestProbeHandlers(t *testing.T) {
+	r := renderChart(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar",
+		"router.epp.readinessProbe", map[string]any{"grpc": map[string]any{"port": 9003}, "periodSeconds": 5}))
+	c := eppContainer(t, podOf(t, r).Containers)
+	if p := c.ReadinessProbe; p.GRPC == nil || p.HTTPGet != nil || p.PeriodSeconds != 5 {
+		t.Fatalf("sidecar mode, a grpc readiness probe: %+v, want grpc only", p)
+	}
+	if p := c.LivenessProbe; p.HTTPGet == nil || p.HTTPGet.Path != "/healthz" {
+		t.Fatalf("sidecar mode, the default liveness probe: %+v", p)
+	}
+	r = renderChart(t, vals("router.epp.livenessProbe", map[string]any{"httpGet": map[string]any{"path": "/live", "port": 8080}}))
+	c = eppContainer(t, podOf(t, r).Containers)
+	if p := c.LivenessProbe; p.HTTPGet == nil || p.GRPC != nil || p.HTTPGet.Path != "/live" {
+		t.Fatalf("mode epp, an httpGet liveness probe: %+v, want httpGet only", p)
+	}
+}
+
+// TestSidecarNeedsNativeSidecars: mode sidecar on Kubernetes before 1.29 is refused
+// with the reason (the chart's kubeVersion allows 1.27 for mode epp).
+func TestSidecarNeedsNativeSidecars(t *testing.T) {
+	old := &testenv.KubeVersion{Major: 1, Minor: 28, Patch: 5}
+	_, err := render.HelmRender("epp", "team-a", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar"), render.HelmOptions{Kube: old})
+	if err == nil || !strings.Contains(err.Error(), "needs Kubernetes 1.29") {
+		t.Fatalf("sidecar mode on 1.28: %v", err)
+	}
+	if _, err := render.HelmRender("epp", "team-a", vals("router.epp.peerDiscovery.enabled", true), render.HelmOptions{Kube: old}); err != nil {
+		t.Fatalf("mode epp on 1.28: %v", err)
 	}
 }

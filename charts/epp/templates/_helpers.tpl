@@ -73,17 +73,98 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* Where the sidecar writes the peers, and the EPP container reads them. */}}
 {{- define "epp.peersDir" -}}/var/run/epp-peers{{- end }}
 
-{{/* image: an image reference from {repository, tag}; the tag defaults to appVersion. Call with (list $ .image). */}}
+{{/* image: an image reference from {registry, repository, tag}; the tag defaults to appVersion, the registry (when set) is prepended. Call with (list $ .image). */}}
 {{- define "epp.image" -}}
 {{- $root := index . 0 -}}{{- $img := index . 1 -}}
-{{- printf "%s:%s" $img.repository ($img.tag | default $root.Chart.AppVersion) }}
+{{- $repo := $img.repository -}}
+{{- with $img.registry }}{{ $repo = printf "%s/%s" (trimSuffix "/" .) $repo }}{{ end -}}
+{{- printf "%s:%s" $repo ($img.tag | default $root.Chart.AppVersion) }}
 {{- end }}
 
-{{/* The peer discovery flags of epp (both modes). */}}
+{{/* Peer discovery in mode epp (llm-d-router's EPP with the plugin)? */}}
+{{- define "epp.pluginMode" -}}
+{{- $pd := .Values.router.epp.peerDiscovery -}}
+{{- if and $pd.enabled (ne ($pd.mode | default "epp") "sidecar") }}true{{ end }}
+{{- end }}
+
+{{/* The headless peer Service of source dns. */}}
+{{- define "epp.peerDNSService" -}}
+{{- printf "%s-peers" (include "epp.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The SRV name of the peer port (source dns). */}}
+{{- define "epp.peerDNSName" -}}
+{{- printf "_%s._tcp.%s.%s.svc.%s" .Values.router.epp.peerDiscovery.portName (include "epp.peerDNSService" .) .Release.Namespace .Values.router.clusterDomain }}
+{{- end }}
+
+{{/* Peer discovery from EndpointSlices (so it needs the Role)? */}}
+{{- define "epp.peerSlices" -}}
+{{- $pd := .Values.router.epp.peerDiscovery -}}
+{{- if and $pd.enabled (ne ($pd.source | default "endpointslice") "dns") }}true{{ end }}
+{{- end }}
+
+{{/* The name of the peer-discovery plugin in the EPP configuration (and its metrics' discovery label). */}}
+{{- define "epp.pluginName" -}}peer-discovery{{- end }}
+
+{{/* The EPP configuration file with the peer-discovery plugin added (mode epp). Call with (list $ <file name> <content>). */}}
+{{- define "epp.withPeerDiscovery" -}}
+{{- $root := index . 0 -}}{{- $file := index . 1 -}}{{- $content := index . 2 -}}
+{{- $cfg := fromYaml $content -}}
+{{- if hasKey $cfg "Error" }}
+{{- fail (printf "router.epp: the EPP configuration %s is not YAML: %s" $file (get $cfg "Error")) }}
+{{- end }}
+{{- $dl := $cfg.dataLayer | default dict -}}
+{{- if $dl.peerDiscovery }}
+{{- fail (printf "router.epp: the EPP configuration %s already sets dataLayer.peerDiscovery; with router.epp.peerDiscovery.enabled=true the chart adds its plugin: remove it from the file" $file) }}
+{{- end }}
+{{- $type := ternary "endpointslice-peer-discovery" "dns-peer-discovery" (eq (include "epp.peerSlices" $root) "true") -}}
+{{- $plugins := $cfg.plugins | default list -}}
+{{- $plugins = append $plugins (dict "name" (include "epp.pluginName" $root) "type" $type) -}}
+{{- $_ := set $cfg "plugins" $plugins -}}
+{{- $_ := set $dl "peerDiscovery" (dict "pluginRef" (include "epp.pluginName" $root)) -}}
+{{- $_ := set $cfg "dataLayer" $dl -}}
+{{- toYaml $cfg }}
+{{- end }}
+
+{{/* The env of the peer-discovery plugin (mode epp): its settings, which the plugin reads where its configuration entry leaves them out. */}}
+{{- define "epp.pluginEnv" -}}
+{{- $pd := .Values.router.epp.peerDiscovery -}}
+{{- if include "epp.peerSlices" . }}
+- name: EPP_PEER_SERVICE
+  value: {{ include "epp.peerService" . | quote }}
+{{- else }}
+- name: EPP_PEER_DNS_SERVICE
+  value: {{ include "epp.peerDNSService" . | quote }}
+{{- end }}
+{{- if ne $pd.portName "peer-sync" }}
+- name: EPP_PEER_PORT_NAME
+  value: {{ $pd.portName | quote }}
+{{- end }}
+{{- if ne (int $pd.port) 9005 }}
+- name: EPP_PEER_PORT
+  value: {{ $pd.port | quote }}
+{{- end }}
+{{- if ne ($pd.membership | default "ready") "ready" }}
+- name: EPP_PEER_MEMBERSHIP
+  value: {{ $pd.membership | quote }}
+{{- end }}
+- name: EPP_PEER_DEBUG_ADDRESS
+  value: {{ printf ":%v" $pd.debugPort | quote }}
+{{- with $pd.probeInterval }}
+- name: EPP_PEER_SYNC_ADDRESS
+  value: {{ printf ":%v" $pd.port | quote }}
+{{- end }}
+{{- end }}
+
+{{/* The peer discovery flags of epp (the sidecar). */}}
 {{- define "epp.peerFlags" -}}
 {{- with .Values.router.epp.peerDiscovery }}
 - --enable-peer-discovery
+{{- if include "epp.peerSlices" $ }}
 - --epp-peer-service={{ include "epp.peerService" $ }}
+{{- else }}
+- --epp-peer-dns={{ include "epp.peerDNSName" $ }}
+{{- end }}
 {{- if ne .portName "peer-sync" }}
 - --epp-peer-port-name={{ .portName }}
 {{- end }}
@@ -96,13 +177,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
-{{/* A flags map rendered as args, sorted by name; managed flags are refused. Call with (dict "flags" <map> "path" <value path>). */}}
+{{/* A flags map rendered as args, sorted by name; managed flags are refused. Call with (dict "flags" <map> "path" <value path> "managed" <list>). */}}
 {{- define "epp.userFlags" -}}
-{{- $managed := list "enable-peer-discovery" "epp-peer-service" "epp-peer-file" "epp-peer-port-name" "epp-peer-port" "epp-peer-membership" "epp-peer-snapshot-file" "epp-peer-probe-interval" "peer-sync-bind-address" "metrics-bind-address" "health-probe-bind-address" "pool-namespace" }}
 {{- $flags := .flags | default dict }}
 {{- range $name := keys $flags | sortAlpha }}
-{{- if has $name $managed }}
-{{- fail (printf "%s.%s is set by the chart: use router.epp.peerDiscovery or the ports values instead" $.path $name) }}
+{{- if has $name $.managed }}
+{{- fail (printf "%s.%s is set by the chart: use the chart's values for it (router.epp.ports, router.modelServers, router.inferencePool, router.epp.leaderElection, router.epp.peerDiscovery)" $.path $name) }}
 {{- end }}
 {{- $value := get $flags $name }}
 {{- if kindIs "bool" $value }}
@@ -115,16 +195,49 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
-{{/* The args of epp as the EPP container (mode epp): managed flags first (the listeners, then peer discovery's), then the user's flags sorted by name. epp answers on the peer-sync port so that its peers' probes succeed. */}}
-{{- define "epp.args" -}}
-{{- $epp := .Values.router.epp -}}
-- --metrics-bind-address=:{{ $epp.ports.metrics }}
-- --health-probe-bind-address=:{{ $epp.ports.probes }}
-{{- if $epp.peerDiscovery.enabled }}
-- --peer-sync-bind-address=:{{ $epp.peerDiscovery.port }}
-{{- include "epp.peerFlags" . }}
+{{/* The flags of the epp binary the chart sets, refused in the sidecar's flags map. */}}
+{{- define "epp.binaryManagedFlags" -}}
+{{- list "enable-peer-discovery" "epp-peer-service" "epp-peer-file" "epp-peer-dns" "epp-peer-port-name" "epp-peer-port" "epp-peer-membership" "epp-peer-snapshot-file" "epp-peer-probe-interval" "peer-sync-bind-address" "metrics-bind-address" "health-probe-bind-address" "pool-namespace" | toJson }}
 {{- end }}
-{{- include "epp.userFlags" (dict "flags" $epp.flags "path" "router.epp.flags") }}
+
+{{/* The args of llm-d-router's EPP (mode epp): the chart's flags, then the user's flags sorted by name, then the user's args. */}}
+{{- define "epp.eppArgs" -}}
+{{- $epp := .Values.router.epp -}}
+- --config-file=/config/{{ $epp.pluginsConfigFile }}
+{{- if .Values.router.inferencePool.name }}
+- --pool-name={{ .Values.router.inferencePool.name }}
+- --pool-namespace={{ .Release.Namespace }}
+- --pool-group={{ .Values.router.inferencePool.group }}
+{{- else }}
+{{- $labels := list }}
+{{- range $k, $v := .Values.router.modelServers.matchLabels }}
+{{- $labels = append $labels (printf "%s=%s" $k $v) }}
+{{- end }}
+{{- if not $labels }}
+{{- fail "router.modelServers.matchLabels is required (the EPP's --endpoint-selector) unless router.inferencePool.name is set" }}
+{{- end }}
+- --endpoint-selector={{ $labels | sortAlpha | join "," }}
+{{- $ports := list }}
+{{- range .Values.router.modelServers.targetPorts }}
+{{- $ports = append $ports (toString .number) }}
+{{- end }}
+{{- if not $ports }}
+{{- fail "router.modelServers.targetPorts needs at least one {number: <port>}" }}
+{{- end }}
+- --endpoint-target-ports={{ $ports | join "," }}
+{{- end }}
+- --grpc-port={{ $epp.ports.extProc }}
+- --grpc-health-port={{ $epp.ports.grpcHealth }}
+- --metrics-port={{ $epp.ports.metrics }}
+- --metrics-endpoint-auth=false
+{{- if $epp.leaderElection }}
+- --ha-enable-leader-election
+{{- end }}
+{{- $managed := list "config-file" "endpoint-selector" "endpoint-target-ports" "pool-name" "pool-namespace" "pool-group" "grpc-port" "grpc-health-port" "metrics-port" "metrics-endpoint-auth" "ha-enable-leader-election" }}
+{{- include "epp.userFlags" (dict "flags" $epp.flags "path" "router.epp.flags" "managed" $managed) }}
+{{- with $epp.args }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{/* The args of the peer-discovery sidecar. */}}
@@ -134,10 +247,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - --health-probe-bind-address=:{{ $sc.ports.probes }}
 {{- include "epp.peerFlags" . }}
 - --epp-peer-snapshot-file={{ include "epp.peersDir" . }}/peers.json
-{{- include "epp.userFlags" (dict "flags" $sc.flags "path" "router.epp.peerDiscovery.sidecar.flags") }}
+{{- include "epp.userFlags" (dict "flags" $sc.flags "path" "router.epp.peerDiscovery.sidecar.flags" "managed" (include "epp.binaryManagedFlags" . | fromJsonArray)) }}
 {{- end }}
 
-{{/* The env that turns reachability probing on, for the container that runs discovery; before the identity env, where kustomize's component puts it too. */}}
+{{/* The env that turns reachability probing on, for the container that runs discovery. */}}
 {{- define "epp.probeEnv" -}}
 {{- with .Values.router.epp.peerDiscovery.probeInterval }}
 - name: EPP_PEER_PROBE_INTERVAL
@@ -145,7 +258,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
-{{/* The downward-API identity env of epp. */}}
+{{/* The downward-API identity env. */}}
 {{- define "epp.identityEnv" -}}
 - name: POD_IP
   valueFrom:
@@ -163,4 +276,66 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
+{{- end }}
+
+{{/* A probe with the default handler added when it has none. Call with (list <probe> <default handler dict>). */}}
+{{- define "epp.probe" -}}
+{{- $probe := deepCopy (index . 0 | default dict) -}}
+{{- $handler := index . 1 -}}
+{{- if not (or $probe.grpc $probe.httpGet $probe.tcpSocket $probe.exec) }}
+{{- $probe = merge $probe $handler }}
+{{- end }}
+{{- toYaml $probe }}
+{{- end }}
+
+{{/* Refuses port clashes among the container's ports. Call with a list of dicts {name, port, value} (value: the value path, for the message). */}}
+{{- define "epp.checkPorts" -}}
+{{- $byNumber := dict -}}
+{{- $byName := dict -}}
+{{- range . }}
+{{- $n := toString .port }}
+{{- if hasKey $byNumber $n }}
+{{- fail (printf "%s and %s are both port %s: every port of the EPP's pod must differ" (get $byNumber $n) .value $n) }}
+{{- end }}
+{{- $_ := set $byNumber $n .value }}
+{{- if .name }}
+{{- if hasKey $byName .name }}
+{{- fail (printf "%s and %s both name a port %q: port names must differ" (get $byName .name) .value .name) }}
+{{- end }}
+{{- $_ := set $byName .name .value }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The duration in seconds of a Go duration string (e.g. "1m30s", "250ms"); call after the schema checked its form. */}}
+{{- define "epp.seconds" -}}
+{{- $total := 0.0 -}}
+{{- range regexFindAll "[0-9.]+(ns|us|µs|ms|s|m|h)" . -1 }}
+{{- $num := regexFind "^[0-9.]+" . | float64 }}
+{{- $unit := regexReplaceAll "^[0-9.]+" . "" }}
+{{- $scale := get (dict "ns" 1e-9 "us" 1e-6 "µs" 1e-6 "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0) $unit }}
+{{- $total = addf $total (mulf $num $scale) }}
+{{- end }}
+{{- $total }}
+{{- end }}
+
+{{/* The chart's EPP configuration, llm-d-router's default: queue, KV-cache and prefix-cache scorers on the model servers' metrics. */}}
+{{- define "epp.defaultConfig" -}}
+apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+  - type: queue-scorer
+  - type: kv-cache-utilization-scorer
+  - type: prefix-cache-scorer
+  - type: metrics-data-source
+  - type: core-metrics-extractor
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: queue-scorer
+        weight: 2
+      - pluginRef: kv-cache-utilization-scorer
+        weight: 2
+      - pluginRef: prefix-cache-scorer
+        weight: 3
 {{- end }}

@@ -68,17 +68,39 @@ func Helm(release, namespace string, values map[string]any) (manifest, notes str
 // "group/version/Kind", e.g. "monitoring.coreos.com/v1/ServiceMonitor"), returning
 // the hooks too. The Kubernetes version is the one the tests run (hack/k8s/go.mod).
 func HelmWith(release, namespace string, values map[string]any, apiVersions ...string) (Rendering, error) {
-	dir, err := ChartDir()
-	if err != nil {
-		return Rendering{}, err
+	return HelmRender(release, namespace, values, HelmOptions{APIVersions: apiVersions})
+}
+
+// HelmOptions say what to render and for which cluster.
+type HelmOptions struct {
+	// Chart is the chart's folder; charts/epp by default.
+	Chart string
+	// APIVersions the cluster serves besides the built-in ones.
+	APIVersions []string
+	// Kube is the cluster's Kubernetes version; the tests' by default.
+	Kube *testenv.KubeVersion
+}
+
+// HelmRender renders a chart as `helm install --dry-run=client` would.
+func HelmRender(release, namespace string, values map[string]any, o HelmOptions) (Rendering, error) {
+	dir := o.Chart
+	if dir == "" {
+		var err error
+		if dir, err = ChartDir(); err != nil {
+			return Rendering{}, err
+		}
 	}
 	chrt, err := loader.Load(dir)
 	if err != nil {
 		return Rendering{}, fmt.Errorf("loading %s: %w", dir, err)
 	}
-	kube, err := testenv.KubernetesVersion()
-	if err != nil {
-		return Rendering{}, err
+	kube := o.Kube
+	if kube == nil {
+		k, err := testenv.KubernetesVersion()
+		if err != nil {
+			return Rendering{}, err
+		}
+		kube = &k
 	}
 	install := action.NewInstall(&action.Configuration{})
 	install.ReleaseName = release
@@ -87,7 +109,7 @@ func HelmWith(release, namespace string, values map[string]any, apiVersions ...s
 	install.DryRunOption = "client"
 	install.ClientOnly = true
 	install.KubeVersion = &chartutil.KubeVersion{Version: kube.String(), Major: strconv.Itoa(kube.Major), Minor: strconv.Itoa(kube.Minor)}
-	install.APIVersions = apiVersions
+	install.APIVersions = o.APIVersions
 	install.Replace = true
 	rel, err := install.Run(chrt, values)
 	if err != nil {
