@@ -271,12 +271,15 @@ func TestSidecarMode(t *testing.T) {
 		t.Fatalf("sidecar %s %s %v: want our image as a native sidecar", sc.Name, sc.Image, sc.RestartPolicy)
 	}
 	wantArgs := []string{"--metrics-bind-address=:9091", "--health-probe-bind-address=:8082", "--enable-peer-discovery", "--epp-peer-service=epp",
-		"--epp-peer-membership=alive", "--epp-peer-snapshot-file=/var/run/epp-peers/peers.json", "--zap-log-level=debug"}
+		"--epp-peer-snapshot-file=/var/run/epp-peers/peers.json", "--zap-log-level=debug"}
 	if diff := cmp.Diff(wantArgs, sc.Args); diff != "" {
 		t.Fatalf("sidecar args (-want +got):\n%s", diff)
 	}
-	if diff := cmp.Diff([]string{"POD_IP", "POD_IPS", "POD_NAME", "NAMESPACE"}, envNames(sc)); diff != "" {
+	if diff := cmp.Diff([]string{"EPP_PEER_MEMBERSHIP", "POD_IP", "POD_IPS", "POD_NAME", "NAMESPACE"}, envNames(sc)); diff != "" {
 		t.Fatalf("sidecar env (-want +got):\n%s", diff)
+	}
+	if sc.Env[0].Value != "alive" {
+		t.Fatalf("EPP_PEER_MEMBERSHIP=%q, want alive (the binary's --epp-peer-membership default)", sc.Env[0].Value)
 	}
 	if sc.StartupProbe == nil || sc.StartupProbe.HTTPGet == nil || sc.StartupProbe.HTTPGet.Path != "/readyz" {
 		t.Fatalf("sidecar startup probe %+v: the EPP must start after the first peer set", sc.StartupProbe)

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -32,7 +34,13 @@ func build(t *testing.T, dir string) []client.Object {
 // components of kustomize/components, a namespace and a name prefix.
 func userOverlay(t *testing.T, namespace, prefix string, components ...string) []client.Object {
 	t.Helper()
-	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../../base\n"
+	return userOverlayWith(t, namespace, prefix, "", components...)
+}
+
+// userOverlayWith is userOverlay with more kustomization fields (extra, YAML).
+func userOverlayWith(t *testing.T, namespace, prefix, extra string, components ...string) []client.Object {
+	t.Helper()
+	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - ../../base\n" + extra
 	if len(components) > 0 {
 		k += "components:\n"
 		for _, c := range components {
@@ -43,9 +51,11 @@ func userOverlay(t *testing.T, namespace, prefix string, components ...string) [
 		k += "namespace: " + namespace + "\n"
 	}
 	if prefix != "" {
-		k += "namePrefix: " + prefix + "\n"
+		// As the README's overlay: a name prefix comes with its own instance label, so
+		// that two overlays in one namespace never select each other's pods.
+		k += "namePrefix: " + prefix + "\nlabels:\n  - pairs: {app.kubernetes.io/instance: " + prefix + "epp}\n    includeSelectors: true\n"
 	}
-	objs, err := render.KustomizeOverlay(fmt.Sprintf("user-%s-%s-%s", namespace, prefix, strings.Join(components, "-")), k)
+	objs, err := render.KustomizeOverlay(fmt.Sprintf("user-%s-%s-%s-%d", namespace, prefix, strings.Join(components, "-"), len(extra)), k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,16 +89,74 @@ var peerRule = []rbacv1.PolicyRule{{
 	Verbs:     []string{"get", "list", "watch"},
 }}
 
+// eppArgs are the args of llm-d-router's EPP in the base: peer discovery adds none.
+var eppArgs = []string{"--config-file=/config/default-plugins.yaml", "--endpoint-selector=app.kubernetes.io/component=model-server",
+	"--endpoint-target-ports=8000", "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=false"}
+
+// envOf is a container's env as NAME=value (NAME=fieldPath for downward-API ones).
+func envOf(c corev1.Container) []string {
+	var out []string
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			out = append(out, e.Name+"="+e.ValueFrom.FieldRef.FieldPath)
+		} else {
+			out = append(out, e.Name+"="+e.Value)
+		}
+	}
+	return out
+}
+
+// config is the EPP configuration file of the overlay, decoded.
+func config(t *testing.T, objs []client.Object) map[string]any {
+	t.Helper()
+	for _, o := range objs {
+		if cm, ok := o.(*corev1.ConfigMap); ok && strings.HasSuffix(cm.Name, "epp-config") {
+			var cfg map[string]any
+			if err := yaml.Unmarshal([]byte(cm.Data["default-plugins.yaml"]), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			return cfg
+		}
+	}
+	t.Fatal("no epp-config ConfigMap")
+	return nil
+}
+
+// pluginOf is the configuration's peer-discovery plugin type and pluginRef.
+func pluginOf(t *testing.T, objs []client.Object) (typ, ref string) {
+	t.Helper()
+	cfg := config(t, objs)
+	for _, p := range cfg["plugins"].([]any) {
+		if m := p.(map[string]any); m["name"] == "peer-discovery" {
+			typ, _ = m["type"].(string)
+		}
+	}
+	if dl, ok := cfg["dataLayer"].(map[string]any); ok {
+		if pd, ok := dl["peerDiscovery"].(map[string]any); ok {
+			ref, _ = pd["pluginRef"].(string)
+		}
+	}
+	return typ, ref
+}
+
+var identity = []string{"POD_IP=status.podIP", "POD_IPS=status.podIPs", "POD_NAME=metadata.name", "NAMESPACE=metadata.namespace"}
+
 func TestOverlays(t *testing.T) {
 	tests := []struct {
-		dir      string
-		enabled  bool
-		wantArgs []string
+		dir        string
+		pluginType string // "" when off
+		pluginEnv  []string
+		peerPorts  []string
+		extraKeys  []string
 	}{
-		{"/kustomize/overlays/default", false, []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081"}},
-		{"/kustomize/base", false, []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081"}},
-		{"/kustomize/overlays/peer-discovery", true, []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081",
-			"--peer-sync-bind-address=:9005", "--enable-peer-discovery", "--epp-peer-service", "epp"}},
+		{dir: "/kustomize/overlays/default"},
+		{dir: "/kustomize/base"},
+		{dir: "/kustomize/overlays/peer-discovery", pluginType: "endpointslice-peer-discovery",
+			pluginEnv: []string{"EPP_PEER_SERVICE=epp", "EPP_PEER_DEBUG_ADDRESS=:9091"}, peerPorts: []string{"http-peers", "peer-sync"},
+			extraKeys: []string{"Role//epp-peer-discovery", "RoleBinding//epp-peer-discovery"}},
+		{dir: "/kustomize/overlays/dns", pluginType: "dns-peer-discovery",
+			pluginEnv: []string{"EPP_PEER_DNS_SERVICE=epp-peers", "EPP_PEER_DEBUG_ADDRESS=:9091"}, peerPorts: []string{"http-peers", "peer-sync"},
+			extraKeys: []string{"Service//epp-peers"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.dir, func(t *testing.T) {
@@ -97,71 +165,98 @@ func TestOverlays(t *testing.T) {
 			for _, o := range objs {
 				keys = append(keys, render.Key(o))
 			}
-			want := []string{"Deployment//epp", "PodDisruptionBudget//epp", "Service//epp", "ServiceAccount//epp"}
-			if tc.enabled {
-				want = append(want, "Role//epp-peer-discovery", "RoleBinding//epp-peer-discovery")
-			}
+			want := append([]string{"ConfigMap//epp-config", "Deployment//epp", "PodDisruptionBudget//epp", "Role//epp", "RoleBinding//epp",
+				"Service//epp", "ServiceAccount//epp"}, tc.extraKeys...)
 			slices.Sort(want)
 			slices.Sort(keys)
 			if diff := cmp.Diff(want, keys); diff != "" {
 				t.Fatalf("objects (-want +got):\n%s", diff)
 			}
-			if tc.enabled {
-				if diff := cmp.Diff(peerRule, one[*rbacv1.Role](t, objs).Rules); diff != "" {
-					t.Fatalf("Role rules (-want +got):\n%s", diff)
+			for _, r := range find[*rbacv1.Role](t, objs) {
+				if r.Name == "epp-peer-discovery" {
+					if diff := cmp.Diff(peerRule, r.Rules); diff != "" {
+						t.Fatalf("peer Role rules (-want +got):\n%s", diff)
+					}
 				}
 			}
 			if n := len(find[*rbacv1.ClusterRole](t, objs)) + len(find[*rbacv1.ClusterRoleBinding](t, objs)); n != 0 {
 				t.Fatalf("%d cluster-scoped RBAC objects", n)
 			}
+			if typ, ref := pluginOf(t, objs); typ != tc.pluginType || (tc.pluginType != "") != (ref == "peer-discovery") {
+				t.Fatalf("EPP configuration: plugin %q, pluginRef %q; want %q", typ, ref, tc.pluginType)
+			}
 			pod := one[*appsv1.Deployment](t, objs).Spec.Template.Spec
 			c := pod.Containers[0]
-			if diff := cmp.Diff(tc.wantArgs, c.Args); diff != "" {
+			if diff := cmp.Diff(eppArgs, c.Args); diff != "" {
 				t.Fatalf("args (-want +got):\n%s", diff)
 			}
-			var env []string
-			for _, e := range c.Env {
-				env = append(env, e.Name+"="+e.ValueFrom.FieldRef.FieldPath)
-			}
-			if diff := cmp.Diff([]string{"POD_IP=status.podIP", "POD_IPS=status.podIPs", "POD_NAME=metadata.name", "NAMESPACE=metadata.namespace"}, env); diff != "" {
+			if diff := cmp.Diff(append(slices.Clone(tc.pluginEnv), identity...), envOf(c)); diff != "" {
 				t.Fatalf("env (-want +got):\n%s", diff)
 			}
-			hasPeerPort := slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "peer-sync" && p.ContainerPort == 9005 })
-			svc := one[*corev1.Service](t, objs)
-			svcPeerPort := slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool {
-				return p.Name == "peer-sync" && p.Port == 9005 && p.TargetPort.StrVal == "peer-sync"
-			})
-			if hasPeerPort != tc.enabled || svcPeerPort != tc.enabled {
-				t.Fatalf("peer-sync port on container %v, on Service %v; want %v", hasPeerPort, svcPeerPort, tc.enabled)
+			var ports, svcPorts []string
+			for _, p := range c.Ports {
+				if p.Name == "peer-sync" || p.Name == "http-peers" {
+					ports = append(ports, p.Name)
+				}
 			}
-			if *pod.AutomountServiceAccountToken != tc.enabled {
-				t.Fatalf("automountServiceAccountToken %v, want %v", *pod.AutomountServiceAccountToken, tc.enabled)
+			for _, s := range find[*corev1.Service](t, objs) {
+				if s.Name != "epp" {
+					continue
+				}
+				for _, p := range s.Spec.Ports {
+					if p.Name == "peer-sync" || p.Name == "http-peers" {
+						svcPorts = append(svcPorts, p.Name)
+					}
+				}
+			}
+			slices.Sort(ports)
+			slices.Sort(svcPorts)
+			if !slices.Equal(ports, tc.peerPorts) || !slices.Equal(svcPorts, tc.peerPorts) {
+				t.Fatalf("peer ports on the container %v, on the Service %v; want %v", ports, svcPorts, tc.peerPorts)
+			}
+			if !*pod.AutomountServiceAccountToken {
+				t.Fatal("automountServiceAccountToken false: llm-d-router's EPP reads its model server pods")
 			}
 		})
 	}
 }
 
-// TestNamePrefixAndNamespace: under an overlay's namePrefix and namespace, the flag
-// still names the (renamed) Service and the RoleBinding the (renamed) ServiceAccount.
+// TestNamePrefixAndNamespace: under an overlay's namePrefix and namespace, the plugin's
+// EPP_PEER_SERVICE still names the (renamed) Service and the RoleBinding the
+// (renamed) ServiceAccount.
 func TestNamePrefixAndNamespace(t *testing.T) {
 	objs := userOverlay(t, "team-a", "router-", "peer-discovery")
-	svc := one[*corev1.Service](t, objs)
+	var svc *corev1.Service
+	for _, s := range find[*corev1.Service](t, objs) {
+		svc = s
+	}
 	if svc.Name != "router-epp" || svc.Namespace != "team-a" {
 		t.Fatalf("Service %s/%s", svc.Namespace, svc.Name)
 	}
 	dep := one[*appsv1.Deployment](t, objs)
-	args := dep.Spec.Template.Spec.Containers[0].Args
-	i := slices.Index(args, "--epp-peer-service")
-	if i < 0 || i+1 >= len(args) || args[i+1] != svc.Name {
-		t.Fatalf("args %v: --epp-peer-service must name the Service %q", args, svc.Name)
+	if e := envOf(dep.Spec.Template.Spec.Containers[0]); !slices.Contains(e, "EPP_PEER_SERVICE=router-epp") {
+		t.Fatalf("env %v: EPP_PEER_SERVICE must name the Service %q", e, svc.Name)
 	}
 	if dep.Spec.Template.Spec.ServiceAccountName != "router-epp" {
 		t.Fatalf("serviceAccountName %q", dep.Spec.Template.Spec.ServiceAccountName)
 	}
-	role := one[*rbacv1.Role](t, objs)
-	rb := one[*rbacv1.RoleBinding](t, objs)
-	if role.Name != "router-epp-peer-discovery" || role.Namespace != "team-a" {
-		t.Fatalf("Role %s/%s", role.Namespace, role.Name)
+	if cm := dep.Spec.Template.Spec.Volumes[0].ConfigMap; cm == nil || cm.Name != "router-epp-config" {
+		t.Fatalf("config volume %+v: want the renamed ConfigMap", dep.Spec.Template.Spec.Volumes[0])
+	}
+	var role *rbacv1.Role
+	var rb *rbacv1.RoleBinding
+	for _, r := range find[*rbacv1.Role](t, objs) {
+		if strings.HasSuffix(r.Name, "peer-discovery") {
+			role = r
+		}
+	}
+	for _, r := range find[*rbacv1.RoleBinding](t, objs) {
+		if strings.HasSuffix(r.Name, "peer-discovery") {
+			rb = r
+		}
+	}
+	if role == nil || role.Name != "router-epp-peer-discovery" || role.Namespace != "team-a" {
+		t.Fatalf("Role %+v", role)
 	}
 	want := rbacv1.RoleBinding{
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "router-epp-peer-discovery"},
@@ -173,13 +268,44 @@ func TestNamePrefixAndNamespace(t *testing.T) {
 	if diff := cmp.Diff(want.Subjects, rb.Subjects); diff != "" {
 		t.Fatalf("subjects (-want +got):\n%s", diff)
 	}
-	// A suffix too.
+	// A suffix too, and the DNS component's headless Service.
 	objs, err := render.KustomizeOverlay("suffix", "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\ncomponents: [../../components/peer-discovery]\nnameSuffix: -blue\n")
 	if err != nil {
 		t.Fatal(err)
 	}
-	args = one[*appsv1.Deployment](t, objs).Spec.Template.Spec.Containers[0].Args
-	if got := args[slices.Index(args, "--epp-peer-service")+1]; got != "epp-blue" {
-		t.Fatalf("with nameSuffix -blue the flag names %q", got)
+	if e := envOf(one[*appsv1.Deployment](t, objs).Spec.Template.Spec.Containers[0]); !slices.Contains(e, "EPP_PEER_SERVICE=epp-blue") {
+		t.Fatalf("with nameSuffix -blue the env is %v", e)
+	}
+	objs = userOverlay(t, "team-a", "router-", "peer-discovery-dns")
+	if e := envOf(one[*appsv1.Deployment](t, objs).Spec.Template.Spec.Containers[0]); !slices.Contains(e, "EPP_PEER_DNS_SERVICE=router-epp-peers") {
+		t.Fatalf("dns: env %v: EPP_PEER_DNS_SERVICE must name the renamed headless Service", e)
+	}
+}
+
+// TestTwoPrefixedOverlaysInOneNamespace: the README's overlay with a name prefix sets
+// its own instance label, so two of them in one namespace select only their own pods
+// (with the base's fixed instance label they selected each other's, and mixed their
+// peer sets).
+func TestTwoPrefixedOverlaysInOneNamespace(t *testing.T) {
+	blue := userOverlay(t, "team-a", "blue-", "peer-discovery")
+	green := userOverlay(t, "team-a", "green-", "peer-discovery")
+	podsOf := func(objs []client.Object) labels.Set {
+		return labels.Set(one[*appsv1.Deployment](t, objs).Spec.Template.Labels)
+	}
+	for _, c := range []struct {
+		name     string
+		objs     []client.Object
+		own, not labels.Set
+	}{{"blue", blue, podsOf(blue), podsOf(green)}, {"green", green, podsOf(green), podsOf(blue)}} {
+		var selectors []labels.Selector
+		selectors = append(selectors, labels.SelectorFromSet(one[*appsv1.Deployment](t, c.objs).Spec.Selector.MatchLabels))
+		for _, s := range find[*corev1.Service](t, c.objs) {
+			selectors = append(selectors, labels.SelectorFromSet(s.Spec.Selector))
+		}
+		for _, sel := range selectors {
+			if !sel.Matches(c.own) || sel.Matches(c.not) {
+				t.Fatalf("%s: selector %s matches its own pods %v, the other overlay's %v", c.name, sel, sel.Matches(c.own), sel.Matches(c.not))
+			}
+		}
 	}
 }

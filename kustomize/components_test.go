@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -47,13 +48,13 @@ patches:
 		check      func(t *testing.T, epp corev1.Container, pod corev1.PodSpec)
 	}{
 		{[]string{"peer-discovery"}, func(t *testing.T, epp corev1.Container, _ corev1.PodSpec) {
-			if !slices.Contains(epp.Args, "--enable-peer-discovery") || !slices.ContainsFunc(epp.Ports, func(p corev1.ContainerPort) bool { return p.Name == "peer-sync" }) {
-				t.Fatalf("epp container %+v lacks the peer flags or port", epp)
+			if !slices.Contains(envOf(epp), "EPP_PEER_SERVICE=epp") || !slices.ContainsFunc(epp.Ports, func(p corev1.ContainerPort) bool { return p.Name == "peer-sync" }) {
+				t.Fatalf("epp container %+v lacks the plugin's env or the peer port", epp)
 			}
 		}},
 		{[]string{"peer-discovery", "peer-membership-alive"}, func(t *testing.T, epp corev1.Container, _ corev1.PodSpec) {
-			if !slices.Contains(epp.Args, "--epp-peer-membership=alive") {
-				t.Fatalf("epp container args %v lack the membership", epp.Args)
+			if !slices.Contains(envOf(epp), "EPP_PEER_MEMBERSHIP=alive") {
+				t.Fatalf("epp container env %v lacks the membership", envOf(epp))
 			}
 		}},
 		{[]string{"peer-discovery", "peer-probe"}, func(t *testing.T, epp corev1.Container, _ corev1.PodSpec) {
@@ -89,20 +90,20 @@ patches:
 	}
 }
 
-// TestComponentObjectsCarryTheBaseLabels: the Role and RoleBinding a component adds
-// have exactly the labels of the base's objects.
+// TestComponentObjectsCarryTheBaseLabels: the objects a component adds (the peer Role
+// and RoleBinding, the headless Service, the NetworkPolicy) have exactly the labels
+// of the base's objects.
 func TestComponentObjectsCarryTheBaseLabels(t *testing.T) {
-	for _, c := range []string{"peer-discovery", "peer-discovery-sidecar"} {
+	for _, c := range []string{"peer-discovery", "peer-discovery-sidecar", "peer-discovery-dns"} {
 		objs := userOverlay(t, "team-a", "router-", c, "peer-network-policy")
 		want := one[*corev1.ServiceAccount](t, objs).Labels
 		if len(want) < 4 {
 			t.Fatalf("base ServiceAccount labels %v", want)
 		}
-		if diff := cmp.Diff(want, one[*rbacv1.Role](t, objs).Labels); diff != "" {
-			t.Errorf("%s: Role labels (-base +Role):\n%s", c, diff)
-		}
-		if diff := cmp.Diff(want, one[*rbacv1.RoleBinding](t, objs).Labels); diff != "" {
-			t.Errorf("%s: RoleBinding labels (-base +RoleBinding):\n%s", c, diff)
+		for _, o := range objs {
+			if diff := cmp.Diff(want, o.GetLabels()); diff != "" {
+				t.Errorf("%s: %s labels (-base +object):\n%s", c, render.Key(o), diff)
+			}
 		}
 		np := one[*networkingv1.NetworkPolicy](t, objs)
 		if diff := cmp.Diff(want, np.Labels); diff != "" {
@@ -122,14 +123,32 @@ func TestComponentObjectsCarryTheBaseLabels(t *testing.T) {
 	}
 }
 
-// TestMembershipComponentKeepsThePeerFlags: peer-membership-alive sets the args of
-// peer-discovery plus the membership flag (kustomize cannot append by container name,
-// so the two lists must stay in step).
-func TestMembershipComponentKeepsThePeerFlags(t *testing.T) {
-	on := eppContainer(t, one[*appsv1.Deployment](t, userOverlay(t, "", "", "peer-discovery")).Spec.Template.Spec.Containers).Args
-	alive := eppContainer(t, one[*appsv1.Deployment](t, userOverlay(t, "", "", "peer-discovery", "peer-membership-alive")).Spec.Template.Spec.Containers).Args
-	if diff := cmp.Diff(append(slices.Clone(on), "--epp-peer-membership=alive"), alive); diff != "" {
-		t.Fatalf("alive args (-peer-discovery's plus membership +got):\n%s", diff)
+// TestComponentsRefuseTheWrongMode: a component that fits only one way of running
+// peer discovery refuses to build with the other (they used to build silently: the
+// EPP's args overwritten, or a sidecar without an image).
+func TestComponentsRefuseTheWrongMode(t *testing.T) {
+	for _, tc := range [][]string{
+		{"peer-discovery-sidecar", "peer-membership-alive"},
+		{"peer-discovery-sidecar", "peer-probe"},
+		{"peer-discovery", "peer-membership-alive-sidecar"},
+		{"peer-discovery", "peer-probe-sidecar"},
+		{"peer-probe"},
+		{"peer-membership-alive-sidecar"},
+	} {
+		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\ncomponents:\n"
+		for _, c := range tc {
+			k += "  - ../../components/" + c + "\n"
+		}
+		_, err := render.KustomizeOverlay("wrong-"+strings.Join(tc, "-"), k)
+		if err == nil || !strings.Contains(err.Error(), "epp-peer-discovery~1mode") {
+			t.Errorf("components %v: %v, want a refusal naming the mode marker", tc, err)
+		}
+	}
+	// The sidecar form of alive works with the sidecar.
+	objs := userOverlay(t, "", "", "peer-discovery-sidecar", "peer-membership-alive-sidecar", "peer-probe-sidecar")
+	sc := one[*appsv1.Deployment](t, objs).Spec.Template.Spec.InitContainers[0]
+	if e := envOf(sc); !slices.Contains(e, "EPP_PEER_MEMBERSHIP=alive") || !slices.Contains(e, "EPP_PEER_PROBE_INTERVAL=5s") || sc.Image == "" {
+		t.Fatalf("sidecar %s env %v: want membership alive and probing", sc.Image, e)
 	}
 }
 
@@ -152,13 +171,24 @@ func TestOneVersion(t *testing.T) {
 	for _, c := range [][]string{nil, {"peer-discovery"}, {"peer-discovery-sidecar"}} {
 		objs := userOverlay(t, "", "", c...)
 		pod := one[*appsv1.Deployment](t, objs).Spec.Template.Spec
-		for _, ct := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
-			if ct.Image != "epp-peer-discovery/epp:"+version {
+		for _, ct := range pod.Containers {
+			if ct.Image != "epp-peer-discovery/llm-d-router-epp:"+version {
 				t.Errorf("components %v: container %s image %s, want the chart's appVersion %s (run make set-version VERSION=%s)", c, ct.Name, ct.Image, version, version)
+			}
+		}
+		for _, ct := range pod.InitContainers {
+			if ct.Image != "epp-peer-discovery/epp:"+version {
+				t.Errorf("components %v: sidecar %s image %s, want the chart's appVersion %s (run make set-version VERSION=%s)", c, ct.Name, ct.Image, version, version)
 			}
 		}
 		if got := one[*corev1.Service](t, objs).Labels["app.kubernetes.io/version"]; got != version {
 			t.Errorf("version label %q, want %s", got, version)
+		}
+	}
+	// The sidecar overlay runs epp as its stand-in EPP: the same version.
+	for _, ct := range one[*appsv1.Deployment](t, build(t, "/kustomize/overlays/sidecar")).Spec.Template.Spec.Containers {
+		if ct.Image != "epp-peer-discovery/epp:"+version {
+			t.Errorf("overlays/sidecar: container %s image %s, want %s", ct.Name, ct.Image, version)
 		}
 	}
 }
@@ -184,7 +214,7 @@ func TestSidecarOverlay(t *testing.T) {
 		t.Fatalf("sidecar args (-want +got):\n%s", diff)
 	}
 	epp := eppContainer(t, pod.Containers)
-	if diff := cmp.Diff([]corev1.EnvVar{{Name: "EPP_PEERS_FILE", Value: "/var/run/epp-peers/peers.json"}}, epp.Env); diff != "" {
+	if diff := cmp.Diff(append([]string{"EPP_PEERS_FILE=/var/run/epp-peers/peers.json"}, identity...), envOf(epp)); diff != "" {
 		t.Fatalf("EPP container env (-want +got):\n%s", diff)
 	}
 	if !slices.Contains(epp.Args, "--epp-peer-file=$(EPP_PEERS_FILE)") {
@@ -205,5 +235,8 @@ func TestSidecarOverlay(t *testing.T) {
 	}
 	if diff := cmp.Diff(peerRule, one[*rbacv1.Role](t, objs).Rules); diff != "" {
 		t.Fatalf("Role rules (-want +got):\n%s", diff)
+	}
+	if n := len(find[*corev1.ConfigMap](t, objs)); n != 0 {
+		t.Fatalf("%d ConfigMaps: the EPP is the user's, the base's configuration for llm-d-router's EPP goes", n)
 	}
 }

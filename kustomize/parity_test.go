@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
 )
@@ -35,6 +36,8 @@ type view struct {
 	ServiceType  corev1.ServiceType
 
 	MaxUnavailable string
+
+	Config map[string]any // a ConfigMap's files, decoded
 
 	PolicySelector *metav1.LabelSelector
 	PolicyTypes    []networkingv1.PolicyType
@@ -62,6 +65,9 @@ func containerViews(cs []corev1.Container) []containerView {
 	var out []containerView
 	for _, c := range cs {
 		c.Ports = slices.SortedFunc(slices.Values(c.Ports), func(a, b corev1.ContainerPort) int { return strings.Compare(a.Name, b.Name) })
+		// The env as a set too: strategic merge puts added variables first, the chart
+		// after its own, and nothing refers to another variable.
+		c.Env = slices.SortedFunc(slices.Values(c.Env), func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
 		out = append(out, containerView{
 			Name: c.Name, Image: c.Image, PullPolicy: c.ImagePullPolicy, RestartPolicy: c.RestartPolicy, Flags: flags(c.Args),
 			Env: c.Env, Ports: c.Ports, Probes: []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe},
@@ -100,9 +106,20 @@ func views(objs []client.Object) map[string]view {
 			v.Replicas, v.ServiceAccountName, v.AutomountToken, v.PodSecurity = o.Spec.Replicas, p.ServiceAccountName, p.AutomountServiceAccountToken, p.SecurityContext
 			v.Containers, v.InitContainers, v.Volumes = containerViews(p.Containers), containerViews(p.InitContainers), p.Volumes
 		case *corev1.Service:
-			v.ServicePorts, v.ServiceType = o.Spec.Ports, o.Spec.Type
+			// As a set, in the order of names: components add ports in their order.
+			v.ServicePorts = slices.SortedFunc(slices.Values(o.Spec.Ports), func(a, b corev1.ServicePort) int { return strings.Compare(a.Name, b.Name) })
+			v.ServiceType = o.Spec.Type
 		case *policyv1.PodDisruptionBudget:
 			v.MaxUnavailable = o.Spec.MaxUnavailable.String()
+		case *corev1.ConfigMap:
+			v.Config = map[string]any{}
+			for name, content := range o.Data {
+				var doc any
+				if err := yaml.Unmarshal([]byte(content), &doc); err != nil {
+					doc = "not YAML: " + err.Error()
+				}
+				v.Config[name] = doc
+			}
 		case *networkingv1.NetworkPolicy:
 			v.PolicySelector, v.PolicyTypes, v.Ingress = &o.Spec.PodSelector, o.Spec.PolicyTypes, o.Spec.Ingress
 		}
@@ -114,6 +131,34 @@ func views(objs []client.Object) map[string]view {
 // TestParityWithHelm renders the chart and builds the matching kustomize overlay, for
 // peer discovery off and on, and compares kinds and names, RBAC, container args, env,
 // ports, probes, security and replicas. A difference names the object and field.
+// sidecarStandIn is what a user's overlay does in sidecar mode (the EPP container is
+// theirs), here as the tests run it: epp reading the sidecar's file, as
+// overlays/sidecar.
+const sidecarStandIn = `images:
+  - name: epp-peer-discovery/llm-d-router-epp
+    newName: epp-peer-discovery/epp
+patches:
+  - target: {group: apps, version: v1, kind: Deployment}
+    patch: |-
+      - op: replace
+        path: /spec/template/spec/containers/0/args
+        value: [--metrics-bind-address=:9090, --health-probe-bind-address=:8081, --enable-peer-discovery, --epp-peer-file=$(EPP_PEERS_FILE)]
+      - op: replace
+        path: /spec/template/spec/containers/0/resources
+        value: {requests: {cpu: 10m, memory: 32Mi}, limits: {memory: 128Mi}}
+`
+
+// sidecarStandInValues are the chart's values for the same EPP container.
+func sidecarStandInValues(epp map[string]any) {
+	epp["image"] = map[string]any{"repository": "epp-peer-discovery/epp"}
+	epp["args"] = []any{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081", "--enable-peer-discovery", "--epp-peer-file=$(EPP_PEERS_FILE)"}
+	epp["resources"] = map[string]any{"requests": map[string]any{"cpu": "10m", "memory": "32Mi"}, "limits": map[string]any{"memory": "128Mi"}}
+}
+
+// TestParityWithHelm renders the chart and builds the matching kustomize overlay, for
+// peer discovery off and on, and compares kinds and names, RBAC, container args, env,
+// ports, probes, security, replicas and the EPP configuration. A difference names the
+// object and field.
 func TestParityWithHelm(t *testing.T) {
 	for _, tc := range []struct {
 		name, release, prefix string
@@ -125,7 +170,11 @@ func TestParityWithHelm(t *testing.T) {
 		{"on, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true}, []string{"peer-discovery"}},
 		{"off, release router = namePrefix router-", "router", "router-", nil, nil},
 		{"on, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive"}, []string{"peer-discovery", "peer-membership-alive"}},
+		{"dns", "epp", "", map[string]any{"enabled": true, "source": "dns"}, []string{"peer-discovery-dns"}},
+		{"dns, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "source": "dns"}, []string{"peer-discovery-dns"}},
 		{"sidecar", "epp", "", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}},
+		{"sidecar, membership alive", "epp", "", map[string]any{"enabled": true, "mode": "sidecar", "membership": "alive"},
+			[]string{"peer-discovery-sidecar", "peer-membership-alive-sidecar"}},
 		{"sidecar, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}},
 		{"probing and network policy", "epp", "", map[string]any{"enabled": true, "probeInterval": "5s", "networkPolicy": map[string]any{"enabled": true}},
 			[]string{"peer-discovery", "peer-probe", "peer-network-policy"}},
@@ -136,12 +185,12 @@ func TestParityWithHelm(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var values map[string]any
+			extra := ""
 			if tc.peerDiscovery != nil {
 				epp := map[string]any{"peerDiscovery": tc.peerDiscovery}
 				if tc.peerDiscovery["mode"] == "sidecar" {
-					// The EPP container's args are the user's in sidecar mode; the
-					// kustomize base keeps its own, so give the chart the same.
-					epp["args"] = []any{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081"}
+					sidecarStandInValues(epp)
+					extra = sidecarStandIn
 				}
 				values = map[string]any{"router": map[string]any{"epp": epp}}
 			}
@@ -149,7 +198,7 @@ func TestParityWithHelm(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			kust := userOverlay(t, "team-a", tc.prefix, tc.components...)
+			kust := userOverlayWith(t, "team-a", tc.prefix, extra, tc.components...)
 			if diff := cmp.Diff(views(helm), views(kust)); diff != "" {
 				t.Fatalf("Helm (-) and kustomize (+) differ:\n%s", diff)
 			}

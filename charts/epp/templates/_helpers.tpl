@@ -171,9 +171,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if ne (int .port) 9005 }}
 - --epp-peer-port={{ .port }}
 {{- end }}
-{{- if ne (.membership | default "ready") "ready" }}
-- --epp-peer-membership={{ .membership }}
-{{- end }}
 {{- end }}
 {{- end }}
 
@@ -256,6 +253,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - name: EPP_PEER_PROBE_INTERVAL
   value: {{ . | quote }}
 {{- end }}
+{{- end }}
+
+{{/* The sidecar's settings as env (what the kustomize components set too): its membership, its probing. */}}
+{{- define "epp.sidecarEnv" -}}
+{{- if ne (.Values.router.epp.peerDiscovery.membership | default "ready") "ready" }}
+- name: EPP_PEER_MEMBERSHIP
+  value: {{ .Values.router.epp.peerDiscovery.membership | quote }}
+{{- end }}
+{{- include "epp.probeEnv" . }}
 {{- end }}
 
 {{/* The downward-API identity env. */}}
