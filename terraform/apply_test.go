@@ -3,6 +3,7 @@ package terraform_test
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -87,8 +88,12 @@ func TestApplyAndDestroy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !enabled && len(roles.Items) != 0 {
-				t.Fatalf("peer discovery off, yet %d Roles", len(roles.Items))
+			for _, r := range roles.Items {
+				for _, rule := range r.Rules {
+					if slices.Contains(rule.Resources, "endpointslices") && (!enabled || r.Name != "epp-peer-discovery") {
+						t.Fatalf("Role %s grants endpointslices (peer discovery %v)", r.Name, enabled)
+					}
+				}
 			}
 
 			dep, err := cs.AppsV1().Deployments(ns).Get(ctx, "epp", metav1.GetOptions{})

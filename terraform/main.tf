@@ -3,15 +3,16 @@ locals {
 
   # The values this module hands to the chart; null leaves the chart's default.
   chart_values = {
-    router = {
+    router = merge(var.model_server_labels == null ? {} : { modelServers = { matchLabels = var.model_server_labels } }, {
       epp = {
         replicas = var.replicas
         image = {
           repository = var.image_repository
           tag        = var.image_tag
         }
-        command = var.epp_command
-        args    = var.epp_args
+        command        = var.epp_command
+        args           = var.epp_args
+        leaderElection = var.leader_election
         # EnvVar objects without the null attributes of the variable's type.
         env = [for e in var.extra_env : merge(
           { name = e.name },
@@ -22,6 +23,7 @@ locals {
         )]
         peerDiscovery = {
           enabled       = var.peer_discovery_enabled
+          source        = var.peer_discovery_source
           serviceName   = var.peer_service_name
           portName      = var.peer_port_name
           port          = var.peer_port
@@ -31,7 +33,7 @@ locals {
           networkPolicy = { enabled = var.peer_network_policy }
         }
       }
-    }
+    })
   }
 }
 
@@ -45,9 +47,11 @@ resource "kubernetes_namespace_v1" "this" {
 }
 
 resource "helm_release" "this" {
-  name      = var.release_name
-  namespace = var.create_namespace ? kubernetes_namespace_v1.this[0].metadata[0].name : var.namespace
-  chart     = local.chart_path
+  name       = var.release_name
+  namespace  = var.create_namespace ? kubernetes_namespace_v1.this[0].metadata[0].name : var.namespace
+  chart      = var.chart_repository == null ? local.chart_path : "epp"
+  repository = var.chart_repository
+  version    = var.chart_version
 
   # Later documents win, key by key: the caller's values override the module's.
   values = [
@@ -57,6 +61,6 @@ resource "helm_release" "this" {
 
   wait            = var.wait
   timeout         = var.timeout
-  atomic          = false
+  atomic          = var.atomic
   cleanup_on_fail = true
 }

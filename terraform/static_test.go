@@ -79,6 +79,9 @@ func TestValidationMessages(t *testing.T) {
 		{"release name", map[string]any{"namespace": "ns", "release_name": "EPP"}, "release_name must be a DNS-1123 label"},
 		{"membership", map[string]any{"namespace": "ns", "peer_membership": "leader"}, `peer_membership must be "ready" or "alive"`},
 		{"probe interval", map[string]any{"namespace": "ns", "peer_probe_interval": "5 seconds"}, `peer_probe_interval must be a duration`},
+		{"probe interval below 100ms", map[string]any{"namespace": "ns", "peer_probe_interval": "50ms"}, `peer_probe_interval must be at least 100ms`},
+		{"source", map[string]any{"namespace": "ns", "peer_discovery_source": "gossip"}, `peer_discovery_source must be "endpointslice" or "dns"`},
+		{"chart repository", map[string]any{"namespace": "ns", "chart_repository": "registry.example.com"}, `chart_repository must be an http(s):// or oci:// URL`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := *opts

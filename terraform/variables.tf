@@ -32,9 +32,32 @@ variable "release_name" {
 }
 
 variable "chart_path" {
-  description = "Path of the epp chart. Defaults to the chart next to this module (charts/epp)."
+  description = "Path of the epp chart. Defaults to the chart next to this module (charts/epp). Ignored when chart_repository is set."
   type        = string
   default     = null
+}
+
+variable "chart_repository" {
+  description = "Helm repository (https:// or oci://) to take the epp chart from, instead of a local path."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.chart_repository == null || can(regex("^(https?|oci)://", coalesce(var.chart_repository, "x")))
+    error_message = "chart_repository must be an http(s):// or oci:// URL."
+  }
+}
+
+variable "chart_version" {
+  description = "Version of the chart in chart_repository (null: the newest)."
+  type        = string
+  default     = null
+}
+
+variable "atomic" {
+  description = "Roll the release back when an install or upgrade fails (Helm's --atomic)."
+  type        = bool
+  default     = false
 }
 
 variable "replicas" {
@@ -49,9 +72,9 @@ variable "replicas" {
 }
 
 variable "image_repository" {
-  description = "Repository of the epp image."
+  description = "Repository of the EPP image: llm-d-router's EPP with peer discovery (make image-llmd), or with peer_discovery_mode = \"sidecar\" your own EPP's."
   type        = string
-  default     = "epp-peer-discovery/epp"
+  default     = "epp-peer-discovery/llm-d-router-epp"
 
   validation {
     condition     = length(var.image_repository) > 0
@@ -60,7 +83,7 @@ variable "image_repository" {
 }
 
 variable "image_tag" {
-  description = "Tag of the epp image. Null uses the chart's appVersion."
+  description = "Tag of the EPP image. Null uses the chart's appVersion."
   type        = string
   default     = null
 
@@ -71,7 +94,30 @@ variable "image_tag" {
 }
 
 variable "peer_discovery_enabled" {
-  description = "Turn peer discovery on: every replica discovers the others from the EPP Service's EndpointSlices, with a namespaced Role limited to endpointslices get/list/watch."
+  description = "Turn peer discovery on: every replica knows the others. Mode epp adds the peer-discovery plugin to the EPP's configuration; source endpointslice adds a namespaced Role limited to endpointslices get/list/watch."
+  type        = bool
+  default     = false
+}
+
+variable "peer_discovery_source" {
+  description = "\"endpointslice\": the EPP Service's EndpointSlices (a namespaced Role). \"dns\": the SRV records of a headless peer Service the chart creates (no RBAC; every peer is ready, DNS caching delays changes)."
+  type        = string
+  default     = "endpointslice"
+
+  validation {
+    condition     = contains(["endpointslice", "dns"], var.peer_discovery_source)
+    error_message = "peer_discovery_source must be \"endpointslice\" or \"dns\"."
+  }
+}
+
+variable "model_server_labels" {
+  description = "Labels of the model server pods the EPP routes to (its --endpoint-selector). Null: the chart's default."
+  type        = map(string)
+  default     = null
+}
+
+variable "leader_election" {
+  description = "Run llm-d-router's leader election (one ready replica, the others standbys) and grant its leases. With it on, set peer_membership = \"alive\" for the standbys to be peers."
   type        = bool
   default     = false
 }
@@ -110,7 +156,7 @@ variable "peer_port" {
 }
 
 variable "peer_discovery_mode" {
-  description = "\"epp\": the EPP container runs epp with the peer-discovery flags. \"sidecar\": the EPP container runs your image, command and args (image_repository, image_tag, epp_command, epp_args) unchanged, and epp runs beside it as a native sidecar that writes the peers to the file named by the env EPP_PEERS_FILE."
+  description = "\"epp\": the EPP container runs llm-d-router's EPP, whose peer-discovery plugin finds the peers. \"sidecar\": the EPP container runs your image, command and args (image_repository, image_tag, epp_command, epp_args) unchanged, and epp runs beside it as a native sidecar (Kubernetes 1.29+) that writes the peers to the file named by the env EPP_PEERS_FILE."
   type        = string
   default     = "epp"
 
@@ -127,7 +173,7 @@ variable "epp_command" {
 }
 
 variable "epp_args" {
-  description = "Args of the EPP container with peer_discovery_mode = \"sidecar\" (your EPP's own); empty keeps the image's."
+  description = "Args of the EPP container: with peer_discovery_mode = \"sidecar\" your EPP's own (empty keeps the image's); in mode epp, appended after the chart's flags."
   type        = list(string)
   default     = []
 }
@@ -144,13 +190,22 @@ variable "peer_membership" {
 }
 
 variable "peer_probe_interval" {
-  description = "Probe every peer's peer-sync port (a TCP connect, about this often, jittered) and report reachability per peer in /debug/peers, e.g. \"5s\"; \"\" is off. Probing never changes who is a peer."
+  description = "Probe every peer's peer-sync port (a TCP connect, about this often, jittered) and report reachability per peer in /debug/peers, e.g. \"5s\", at least 100ms; \"\" is off. Probing never changes who is a peer."
   type        = string
   default     = ""
 
   validation {
-    condition     = can(regex("^(0|([0-9]+(\\.[0-9]+)?(ms|s|m|h))+)?$", var.peer_probe_interval))
+    condition     = can(regex("^(0|([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)?$", var.peer_probe_interval))
     error_message = "peer_probe_interval must be a duration such as \"5s\" or \"500ms\", or \"\" for off."
+  }
+
+  # One rule everywhere: the epp binary, the EPP plugin and the chart refuse less.
+  validation {
+    condition = !can(regex("^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$", var.peer_probe_interval)) || sum(concat([0], [
+      for m in regexall("([0-9]+(?:\\.[0-9]+)?)(ns|us|µs|ms|s|m|h)", var.peer_probe_interval) :
+      tonumber(m[0]) * lookup({ ns = 1e-9, us = 1e-6, "µs" = 1e-6, ms = 0.001, s = 1, m = 60, h = 3600 }, m[1])
+    ])) >= 0.1
+    error_message = "peer_probe_interval must be at least 100ms (or \"\" for off)."
   }
 }
 

@@ -38,6 +38,7 @@ run "peer_discovery_on" {
   assert {
     condition = yamldecode(helm_release.this.values[0]).router.epp.peerDiscovery == {
       enabled       = true
+      source        = "endpointslice"
       serviceName   = null
       portName      = "peer-sync"
       port          = 9005
@@ -65,6 +66,7 @@ run "custom_service_and_port" {
   assert {
     condition = yamldecode(helm_release.this.values[0]).router.epp.peerDiscovery == {
       enabled       = true
+      source        = "endpointslice"
       serviceName   = "epp-peers"
       portName      = "state-sync"
       port          = 7000
@@ -113,6 +115,85 @@ run "create_namespace" {
     condition     = kubernetes_namespace_v1.this[0].metadata[0].name == "team-a"
     error_message = "create_namespace must create the namespace"
   }
+}
+
+run "dns_source_leader_election_and_model_servers" {
+  command = plan
+
+  variables {
+    peer_discovery_enabled = true
+    peer_discovery_source  = "dns"
+    leader_election        = true
+    model_server_labels    = { app = "vllm" }
+  }
+
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.peerDiscovery.source == "dns"
+    error_message = "peer_discovery_source must reach the chart"
+  }
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.leaderElection == true
+    error_message = "leader_election must reach the chart"
+  }
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.modelServers.matchLabels == { app = "vllm" }
+    error_message = "model_server_labels must reach the chart as router.modelServers.matchLabels"
+  }
+}
+
+run "model_servers_default_to_the_chart" {
+  command = plan
+
+  assert {
+    condition     = !contains(keys(yamldecode(helm_release.this.values[0]).router), "modelServers")
+    error_message = "without model_server_labels the chart's default must stay"
+  }
+  assert {
+    condition     = helm_release.this.atomic == false && helm_release.this.repository == null
+    error_message = "atomic off and a local chart by default"
+  }
+}
+
+run "chart_from_a_repository_atomic" {
+  command = plan
+
+  variables {
+    chart_repository = "oci://registry.example.com/charts"
+    chart_version    = "0.1.0"
+    atomic           = true
+  }
+
+  assert {
+    condition     = helm_release.this.chart == "epp" && helm_release.this.repository == "oci://registry.example.com/charts" && helm_release.this.version == "0.1.0"
+    error_message = "chart_repository and chart_version must name the chart"
+  }
+  assert {
+    condition     = helm_release.this.atomic == true
+    error_message = "atomic must reach the release"
+  }
+}
+
+run "accepts_a_compound_probe_interval" {
+  command = plan
+  variables {
+    peer_probe_interval = "1m30s"
+  }
+}
+
+run "rejects_a_probe_interval_below_100ms" {
+  command = plan
+  variables {
+    peer_probe_interval = "50ms"
+  }
+  expect_failures = [var.peer_probe_interval]
+}
+
+run "rejects_an_unknown_source" {
+  command = plan
+  variables {
+    peer_discovery_source = "gossip"
+  }
+  expect_failures = [var.peer_discovery_source]
 }
 
 run "rejects_a_bad_namespace" {
