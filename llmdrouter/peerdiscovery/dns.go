@@ -16,8 +16,16 @@ import (
 // DNSParameters are the parameters of dns-peer-discovery.
 type DNSParameters struct {
 	// Name is the SRV name of the peer port of a headless Service:
-	// _peer-sync._tcp.<service>.<namespace>.svc.cluster.local. Required.
-	Name string `json:"name"`
+	// _peer-sync._tcp.<service>.<namespace>.svc.cluster.local (env EPP_PEER_DNS).
+	// Either it or service is required.
+	Name string `json:"name,omitempty"`
+	// Service is the headless Service, for the name _<portName>._tcp.<service>,
+	// which the pod's DNS search path completes (env EPP_PEER_DNS_SERVICE; a
+	// kustomize name reference can rename it with the Service).
+	Service string `json:"service,omitempty"`
+	// PortName is the Service port of the peers (default peer-sync; env
+	// EPP_PEER_PORT_NAME), with service.
+	PortName string `json:"portName,omitempty"`
 	// Namespace of the peers (default: env NAMESPACE, else POD_NAMESPACE).
 	Namespace string `json:"namespace,omitempty"`
 	// Interval between lookups, at least 1s (default 5s).
@@ -28,8 +36,11 @@ type DNSParameters struct {
 	Extras
 }
 
-// DNSNameEnv is the variable the DNS type's name falls back to.
-const DNSNameEnv = "EPP_PEER_DNS"
+// Variables the DNS type falls back to.
+const (
+	DNSNameEnv    = "EPP_PEER_DNS"
+	DNSServiceEnv = "EPP_PEER_DNS_SERVICE"
+)
 
 // DNSFactory builds dns-peer-discovery from its parameters. The replica recognizes
 // itself in the answers by POD_IP / POD_IPS (required).
@@ -41,8 +52,22 @@ func DNSFactory(name string, params *json.Decoder, _ fwkplugin.Handle) (fwkplugi
 	if p.Name == "" {
 		p.Name = getenv(DNSNameEnv)
 	}
-	if p.Name == "" {
-		return nil, fmt.Errorf("name is required (or env %s): the SRV name of the peer port of a headless Service, _peer-sync._tcp.<service>.<namespace>.svc.cluster.local", DNSNameEnv)
+	if p.Service == "" {
+		p.Service = getenv(DNSServiceEnv)
+	}
+	if p.PortName == "" {
+		p.PortName = getenv(PortNameEnv)
+	}
+	if p.PortName == "" {
+		p.PortName = endpointslice.DefaultPortName
+	}
+	switch {
+	case p.Name != "" && p.Service != "":
+		return nil, fmt.Errorf("name and service are mutually exclusive: set the SRV name, or the headless Service")
+	case p.Name == "" && p.Service == "":
+		return nil, fmt.Errorf("name or service is required (or env %s, %s): the SRV name of the peer port of a headless Service, _peer-sync._tcp.<service>.<namespace>.svc.cluster.local, or that Service", DNSNameEnv, DNSServiceEnv)
+	case p.Service != "":
+		p.Name = "_" + p.PortName + "._tcp." + p.Service
 	}
 	if err := dnssrv.ValidateName(p.Name); err != nil {
 		return nil, fmt.Errorf("invalid name: %w", err)
