@@ -5,7 +5,9 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -19,11 +21,15 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubeconfig"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peercheck"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/postrender"
 )
 
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == "check-peers" {
 		os.Exit(checkPeers(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == "post-render" {
+		os.Exit(postRender(os.Args[2:]))
 	}
 	opts, err := app.Parse(os.Args[1:], getenv, os.Stderr)
 	switch {
@@ -90,6 +96,34 @@ func checkPeers(args []string) int {
 	}
 	if err := peercheck.Run(context.Background(), cs, &http.Client{}, o, os.Stdout); err != nil {
 		fmt.Fprintf(os.Stderr, "epp: check-peers: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// postRender runs `epp post-render`, a Helm post-renderer: the manifests of an EPP
+// chart on stdin, the same with peer discovery on stdout (see package postrender).
+func postRender(args []string) int {
+	o, err := postrender.Flags(args, os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "epp: post-render: %v\n", err)
+		return 2
+	}
+	in, err := io.ReadAll(os.Stdin)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "epp: post-render: reading stdin: %v\n", err)
+		return 1
+	}
+	out, err := postrender.Render(in, o)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "epp: post-render: %v\n", err)
+		return 1
+	}
+	if _, err := os.Stdout.Write(out); err != nil {
+		fmt.Fprintf(os.Stderr, "epp: post-render: %v\n", err)
 		return 1
 	}
 	return 0

@@ -17,6 +17,7 @@ import (
 	"helm.sh/helm/v3/pkg/action"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
+	"helm.sh/helm/v3/pkg/postrender"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -77,6 +78,8 @@ type HelmOptions struct {
 	Chart string
 	// APIVersions the cluster serves besides the built-in ones.
 	APIVersions []string
+	// PostRenderer, when set, runs on the manifests as helm's --post-renderer does.
+	PostRenderer postrender.PostRenderer
 	// Kube is the cluster's Kubernetes version; the tests' by default.
 	Kube *testenv.KubeVersion
 }
@@ -111,6 +114,7 @@ func HelmRender(release, namespace string, values map[string]any, o HelmOptions)
 	install.KubeVersion = &chartutil.KubeVersion{Version: kube.String(), Major: strconv.Itoa(kube.Major), Minor: strconv.Itoa(kube.Minor)}
 	install.APIVersions = o.APIVersions
 	install.Replace = true
+	install.PostRenderer = o.PostRenderer
 	rel, err := install.Run(chrt, values)
 	if err != nil {
 		return Rendering{}, err
