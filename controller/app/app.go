@@ -95,7 +95,7 @@ func (a *App) buildSource(restConfig *rest.Config, sources Sources) error {
 	}
 	a.source = src
 	if a.opts.ProbeInterval > 0 {
-		if a.prober, err = reachability.New(reachability.Options{Interval: a.opts.ProbeInterval}, a.log.WithName("reachability")); err != nil {
+		if a.prober, err = reachability.New(reachability.Options{Interval: a.opts.ProbeInterval, Instance: name}, a.log.WithName("reachability")); err != nil {
 			return fmt.Errorf("--epp-peer-probe-interval: %w", err)
 		}
 	}

@@ -84,8 +84,8 @@ func TestBinaryProbesPeers(t *testing.T) {
 		}
 		_, m := get(t, a, "/metrics")
 		for _, line := range strings.Split(m, "\n") {
-			if strings.HasPrefix(line, "epp_peer_discovery_unreachable_peers ") {
-				parts = append(parts, "gauge="+strings.TrimPrefix(line, "epp_peer_discovery_unreachable_peers "))
+			if v, ok := strings.CutPrefix(line, `epp_peer_discovery_unreachable_peers{discovery="endpointslice"} `); ok {
+				parts = append(parts, "gauge="+v)
 			}
 		}
 		return strings.Join(parts, " ")

@@ -87,30 +87,42 @@ var (
 		Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60},
 	}, []string{Label})
 
-	// UnreachablePeers counts the peers whose last reachability probe failed
-	// (--epp-peer-probe-interval; 0 with probing off).
-	UnreachablePeers = prometheus.NewGauge(prometheus.GaugeOpts{
+	unreachablePeers = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "epp_peer_discovery_unreachable_peers",
 		Help: "Peers whose last TCP probe of their peer-sync port failed (probing on, --epp-peer-probe-interval). They stay peers.",
-	})
-	// Probes counts reachability probes by result.
-	Probes = prometheus.NewCounterVec(prometheus.CounterOpts{
+	}, []string{Label})
+	probes = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_discovery_probes_total",
 		Help: "TCP probes of peers' peer-sync ports, by result (ok, failed).",
-	}, []string{"result"})
-	// ProbeConnect times the successful probe connections.
-	ProbeConnect = prometheus.NewHistogram(prometheus.HistogramOpts{
+	}, []string{Label, "result"})
+	probeConnect = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "epp_peer_discovery_probe_connect_seconds",
 		Help:    "Time to open a TCP connection to a peer's peer-sync port, for probes that connected.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2.5, 10),
-	})
+	}, []string{Label})
 )
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(peersGauge, upserts, deletes, errorsTotal, synced, lastChange, endpointSlices, recompute, stale, staleTransitions, propagationDelay,
-		UnreachablePeers, Probes, ProbeConnect)
-	Probes.WithLabelValues(ProbeOK)
-	Probes.WithLabelValues(ProbeFailed)
+		unreachablePeers, probes, probeConnect)
+}
+
+// Probing is the reachability metrics of one discovery instance; they exist (at 0)
+// from ProbingFor on, so a program that does not probe exports none of them.
+type Probing struct {
+	Unreachable    prometheus.Gauge
+	OK, Failed     prometheus.Counter
+	ConnectSeconds prometheus.Observer
+}
+
+// ProbingFor returns the reachability metrics of the discovery named instance.
+func ProbingFor(instance string) *Probing {
+	return &Probing{
+		Unreachable:    unreachablePeers.WithLabelValues(instance),
+		OK:             probes.WithLabelValues(instance, ProbeOK),
+		Failed:         probes.WithLabelValues(instance, ProbeFailed),
+		ConnectSeconds: probeConnect.WithLabelValues(instance),
+	}
 }
 
 // Discovery is the metrics of one discovery instance: every series carries its

@@ -59,6 +59,9 @@ type Options struct {
 	Dial func(ctx context.Context, address string) error
 	// Clock is the time source, timeouts included (tests use a fake one).
 	Clock clock.WithDelayedExecution
+	// Instance is the discovery's name, the metrics' discovery label (default
+	// "epp").
+	Instance string
 }
 
 func (o *Options) defaults() error {
@@ -76,6 +79,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Clock == nil {
 		o.Clock = clock.RealClock{}
+	}
+	if o.Instance == "" {
+		o.Instance = "epp"
 	}
 	if o.Dial == nil {
 		timeout := o.Timeout
@@ -110,6 +116,7 @@ type Prober struct {
 	opts    Options
 	log     logr.Logger
 	limiter *limiter
+	metrics *metrics.Probing
 
 	mu      sync.Mutex
 	peers   map[string]*tracked // by peer ID
@@ -129,7 +136,7 @@ func New(opts Options, log logr.Logger) (*Prober, error) {
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
-	return &Prober{opts: opts, log: log, peers: map[string]*tracked{}, changed: make(chan struct{}),
+	return &Prober{opts: opts, log: log, peers: map[string]*tracked{}, changed: make(chan struct{}), metrics: metrics.ProbingFor(opts.Instance),
 		limiter: &limiter{clock: opts.Clock, every: time.Duration(float64(time.Second) / opts.MaxRate)}}, nil
 }
 
@@ -144,7 +151,7 @@ func (p *Prober) Run(ctx context.Context, store peers.Reader) error {
 		}
 		p.mu.Unlock()
 		wg.Wait()
-		metrics.UnreachablePeers.Set(0)
+		p.metrics.Unreachable.Set(0)
 	}()
 	snap := store.Snapshot()
 	for {
@@ -237,11 +244,11 @@ func (p *Prober) record(id, address string, start time.Time, took time.Duration,
 	t.status = Status{Probed: true, Reachable: err == nil, LastProbe: start}
 	if err == nil {
 		t.status.ConnectTime = took
-		metrics.ProbeConnect.Observe(took.Seconds())
-		metrics.Probes.WithLabelValues(metrics.ProbeOK).Inc()
+		p.metrics.ConnectSeconds.Observe(took.Seconds())
+		p.metrics.OK.Inc()
 	} else {
 		t.status.Error = probeError(err)
-		metrics.Probes.WithLabelValues(metrics.ProbeFailed).Inc()
+		p.metrics.Failed.Inc()
 	}
 	flipped := prev.Probed != t.status.Probed || prev.Reachable != t.status.Reachable
 	if flipped {
@@ -287,7 +294,7 @@ func (p *Prober) updateGaugeLocked() {
 			n++
 		}
 	}
-	metrics.UnreachablePeers.Set(float64(n))
+	p.metrics.Unreachable.Set(float64(n))
 }
 
 // Status returns what is known of the peer with this ID; false when the peer is not

@@ -125,7 +125,7 @@ func newPlugin(typ, name string, d *discovery.PeerDiscovery, self peers.Self, na
 		self: namespace + "/" + self.Name, log: log}
 	if extras.ProbeInterval != nil && extras.ProbeInterval.Duration > 0 {
 		var err error
-		if p.prober, err = reachability.New(reachability.Options{Interval: extras.ProbeInterval.Duration}, log.WithName("reachability")); err != nil {
+		if p.prober, err = reachability.New(reachability.Options{Interval: extras.ProbeInterval.Duration, Instance: name}, log.WithName("reachability")); err != nil {
 			return nil, fmt.Errorf("probeInterval: %w", err)
 		}
 	}
