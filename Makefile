@@ -16,7 +16,7 @@ K8S_STAMP   := $(K8S_BIN)/.built-$(K8S_VERSION)
 K8S_COMPONENTS := etcd kube-apiserver kube-controller-manager kube-scheduler kubectl
 FUZZTIME    ?= 15s
 # Long Go builds print a line every 30 s instead of staying silent.
-HEARTBEAT   := . hack/lib.sh && heartbeat
+HEARTBEAT   := . $(ROOT)/hack/lib.sh && heartbeat
 GO_TEST_FLAGS ?=
 
 # envtest finds etcd and kube-apiserver here unless the caller points elsewhere.
@@ -147,14 +147,14 @@ $(BIN)/kwok $(BIN)/kwok-stages.yaml: hack/kwok.sh
 	hack/kwok.sh $(BIN)/kwok $(BIN)/kwok-stages.yaml
 
 .PHONY: e2e-tools
-e2e-tools: build k8s $(BIN)/helm $(BIN)/kwok terraform-providers terraform-bin ## Build what the end-to-end suite runs: bin/epp, the control plane, kubectl, helm, kwok, Terraform providers.
+e2e-tools: build build-llmd k8s $(BIN)/helm $(BIN)/kwok terraform-providers terraform-bin ## Build what the end-to-end suite runs: bin/epp, bin/epp-llmd, the control plane, kubectl, helm, kwok, Terraform providers.
 
 .PHONY: e2e-demo-tools
-e2e-demo-tools: build k8s $(BIN)/helm $(BIN)/kwok
+e2e-demo-tools: build build-llmd k8s $(BIN)/helm $(BIN)/kwok
 
 .PHONY: e2e-local
-e2e-local: e2e-tools ## End to end on a local control plane (no Docker): Helm, kustomize and Terraform, peer discovery on and off.
-	cd e2e && TF_CLI_CONFIG_FILE=$(TF_RC) E2E_BACKEND=local go test -tags e2e -count=1 -v -timeout=$(E2E_TIMEOUT) ./...
+e2e-local: e2e-tools ## End to end on a local control plane (no Docker): llm-d-router's EPP by Helm, kustomize, Terraform and upstream's chart with epp post-render; peer discovery on, off and in a sidecar.
+	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && cd e2e && UPSTREAM_TREE="$$tree" TF_CLI_CONFIG_FILE=$(TF_RC) E2E_BACKEND=local go test -tags e2e -count=1 -v -timeout=$(E2E_TIMEOUT) ./...
 
 .PHONY: e2e-scale
 e2e-scale: e2e-demo-tools ## 1,000 KWOK pods behind the Service plus 3 real replicas on the local control plane: created, then a rolling restart; every replica must list exactly the others (a few minutes).
@@ -211,9 +211,10 @@ kind-down: ## Delete the kind cluster and remove the DOCKER-USER fence.
 	hack/kind/kind-down.sh $(KIND) $(KIND_CLUSTER) $(KIND_STATE)
 
 .PHONY: e2e-kind
-e2e-kind: e2e-tools kind $(BIN)/epp-runc ## End to end on kind: docker-up, kind-up, image, the suite, then kind-down/docker-down (KEEP_CLUSTER=1 keeps them).
-	KIND=$(KIND) KIND_CLUSTER=$(KIND_CLUSTER) IMAGE=$(IMAGE) E2E_TIMEOUT=$(E2E_TIMEOUT) TF_CLI_CONFIG_FILE=$(TF_RC) \
-	  DOCKER_STATE=$(DOCKER_STATE) KIND_STATE=$(KIND_STATE) EPP_BIN=$(BIN)/epp hack/kind/e2e.sh
+e2e-kind: e2e-tools kind $(BIN)/epp-runc ## End to end on kind: docker-up, kind-up, the images (epp, llm-d-router's EPP), the suite, then kind-down/docker-down (KEEP_CLUSTER=1 keeps them).
+	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && UPSTREAM_TREE="$$tree" \
+	  KIND=$(KIND) KIND_CLUSTER=$(KIND_CLUSTER) IMAGE=$(IMAGE) LLMD_IMAGE=$(LLMD_IMAGE) E2E_TIMEOUT=$(E2E_TIMEOUT) TF_CLI_CONFIG_FILE=$(TF_RC) \
+	  DOCKER_STATE=$(DOCKER_STATE) KIND_STATE=$(KIND_STATE) EPP_BIN=$(BIN)/epp LLMD_EPP=$(LLMD_EPP) hack/kind/e2e.sh
 
 ##@ Quality
 # Go modules of the repository: the library (root), the llm-d-router module and the

@@ -15,6 +15,7 @@ import (
 	"github.com/gruntwork-io/terratest/modules/k8s"
 	"github.com/gruntwork-io/terratest/modules/terraform"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/tfenv"
 )
 
@@ -22,9 +23,16 @@ import (
 type mode string
 
 const (
-	off     mode = "off"     // peer discovery off
-	on      mode = "on"      // epp is the EPP, with the peer flags
+	off     mode = "off"     // llm-d-router's EPP, peer discovery off
+	on      mode = "on"      // llm-d-router's EPP with the peer-discovery plugin
 	sidecar mode = "sidecar" // epp runs as a sidecar; the EPP container is a stand-in consumer
+)
+
+// eppImage is the epp binary's image (the sidecar, the stand-in consumer, the helm
+// test), llmdImage llm-d-router's EPP with the plugin.
+const (
+	eppRepository  = "epp-peer-discovery/epp"
+	llmdRepository = "epp-peer-discovery/llm-d-router-epp"
 )
 
 // consumerArgs are the stand-in EPP's in sidecar mode: epp itself, reading the
@@ -32,18 +40,40 @@ const (
 var consumerArgs = []string{"--metrics-bind-address=:9090", "--health-probe-bind-address=:8081",
 	"--enable-peer-discovery", "--epp-peer-file=$(EPP_PEERS_FILE)"}
 
-// channel deploys the EPP with one tool. Names follow the defaults: release "epp",
-// Deployment, Service and ServiceAccount "epp".
+// channel deploys the EPP with one tool.
 type channel interface {
 	name() string
 	// createsNamespace: the channel creates (and deletes) the namespace itself.
 	createsNamespace() bool
+	// restricted: its pods pass the restricted pod security level.
+	restricted() bool
+	modes() []mode
+	workload() workload
 	install(t *testing.T, ns string, m mode, replicas int)
 	scale(t *testing.T, ns string, replicas int)
 	uninstall(t *testing.T, ns string)
 }
 
-func channels() []channel { return []channel{&helmChannel{}, &kustomizeChannel{}, &terraformChannel{}} }
+// workload is what a channel deploys: the Deployment, its pods' selector, and
+// whether its peers are every live pod (membership alive) or the ready ones.
+type workload struct {
+	deployment, selector, serviceAccount string
+	alive                                bool
+}
+
+// ours is what the project's channels share: names from the defaults (release
+// "epp", Deployment, Service and ServiceAccount "epp"), every mode, restricted pods.
+type ours struct{}
+
+func (ours) restricted() bool { return true }
+func (ours) modes() []mode    { return []mode{on, off, sidecar} }
+func (ours) workload() workload {
+	return workload{deployment: "epp", selector: "app.kubernetes.io/name=epp", serviceAccount: "epp"}
+}
+
+func channels() []channel {
+	return []channel{&helmChannel{}, &kustomizeChannel{}, &terraformChannel{}, &upstreamChannel{}}
+}
 
 func kubectlOptions(ns string) *k8s.KubectlOptions {
 	return k8s.NewKubectlOptions(kubeContext, kubeconfig, ns)
@@ -52,6 +82,7 @@ func kubectlOptions(ns string) *k8s.KubectlOptions {
 // helmChannel: `helm install epp charts/epp --set router.epp.peerDiscovery.enabled=...`
 // (sidecar mode: a values file with the mode and the stand-in EPP's args).
 type helmChannel struct {
+	ours
 	mode   mode
 	values string // values file in sidecar mode
 }
@@ -82,7 +113,7 @@ func (h *helmChannel) install(t *testing.T, ns string, m mode, replicas int) {
 	if m == sidecar {
 		h.values = filepath.Join(t.TempDir(), "sidecar-values.yaml")
 		args, _ := json.Marshal(consumerArgs)
-		if err := os.WriteFile(h.values, []byte("router:\n  epp:\n    peerDiscovery: {mode: sidecar}\n    args: "+string(args)+"\n"), 0o644); err != nil {
+		if err := os.WriteFile(h.values, []byte("router:\n  epp:\n    image: {repository: "+eppRepository+"}\n    peerDiscovery: {mode: sidecar}\n    args: "+string(args)+"\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -111,7 +142,10 @@ func (h *helmChannel) uninstall(t *testing.T, ns string) {
 
 // kustomizeChannel: `kubectl apply -n <ns> -k kustomize/overlays/<overlay>`; scaling
 // is `kubectl scale`, as a kustomize user would do it.
-type kustomizeChannel struct{ dir string }
+type kustomizeChannel struct {
+	ours
+	dir string
+}
 
 func (*kustomizeChannel) name() string           { return "kustomize" }
 func (*kustomizeChannel) createsNamespace() bool { return false }
@@ -135,7 +169,10 @@ func (k *kustomizeChannel) uninstall(t *testing.T, ns string) {
 
 // terraformChannel: terraform/examples/basic with peer_discovery_enabled (and, in
 // sidecar mode, peer_discovery_mode and the stand-in EPP's epp_args).
-type terraformChannel struct{ opts *terraform.Options }
+type terraformChannel struct {
+	ours
+	opts *terraform.Options
+}
 
 func (*terraformChannel) name() string           { return "terraform" }
 func (*terraformChannel) createsNamespace() bool { return true }
@@ -152,6 +189,7 @@ func (tc *terraformChannel) install(t *testing.T, ns string, m mode, replicas in
 	}
 	if m == sidecar {
 		vars["peer_discovery_mode"] = "sidecar"
+		vars["image_repository"] = eppRepository
 		vars["epp_args"] = consumerArgs
 	}
 	if kubeContext != "" {
@@ -168,4 +206,65 @@ func (tc *terraformChannel) scale(t *testing.T, _ string, replicas int) {
 
 func (tc *terraformChannel) uninstall(t *testing.T, _ string) {
 	terraform.DestroyContext(t, context.Background(), tc.opts)
+}
+
+// upstreamChannel: an llm-d user's release of llm-d-router's own chart
+// (llm-d-router-standalone, from the pinned upstream tree) with `epp post-render` as
+// Helm's post-renderer: `helm install llmd <chart> --post-renderer bin/epp
+// --post-renderer-args post-render --post-renderer-args --image=<EPP with the plugin>`.
+// Upstream's defaults stay, leader election included (so membership is alive, and
+// on kind one replica is ready). Its pods set no security contexts, so the
+// namespace does not enforce the restricted level; upstream's CPU request (8) is
+// lowered to fit kind's nodes and its image pull policy (Always) to IfNotPresent.
+type upstreamChannel struct{ chart string }
+
+const upstreamRelease = "llmd"
+
+func (*upstreamChannel) name() string           { return "upstream-chart" }
+func (*upstreamChannel) createsNamespace() bool { return false }
+func (*upstreamChannel) restricted() bool       { return false }
+func (*upstreamChannel) modes() []mode          { return []mode{on} }
+func (*upstreamChannel) workload() workload {
+	return workload{deployment: upstreamRelease + "-epp", selector: "llm-d-router-standalone=" + upstreamRelease + "-epp",
+		serviceAccount: upstreamRelease + "-epp", alive: true}
+}
+
+func (u *upstreamChannel) options(t *testing.T, ns string, replicas int) *helm.Options {
+	version, err := render.ChartAppVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	postRender := []string{"--post-renderer", eppBin, "--post-renderer-args", "post-render",
+		"--post-renderer-args", "--image=" + llmdRepository + ":" + version}
+	return &helm.Options{
+		KubectlOptions: kubectlOptions(ns),
+		SetValues: map[string]string{
+			"router.inferencePool.create":          "false",
+			"router.modelServers.matchLabels.app":  "vllm",
+			"router.proxy.enabled":                 "false",
+			"router.epp.replicas":                  strconv.Itoa(replicas),
+			"router.epp.image.pullPolicy":          "IfNotPresent",
+			"router.epp.resources.requests.cpu":    "10m",
+			"router.epp.resources.requests.memory": "64Mi",
+		},
+		// No --wait: with leader election only the leader is ever ready.
+		ExtraArgs: map[string][]string{"install": postRender, "upgrade": postRender},
+	}
+}
+
+func (u *upstreamChannel) install(t *testing.T, ns string, _ mode, replicas int) {
+	chart, err := render.UpstreamChart(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.chart = chart
+	helm.InstallContext(t, context.Background(), u.options(t, ns, replicas), u.chart, upstreamRelease)
+}
+
+func (u *upstreamChannel) scale(t *testing.T, ns string, replicas int) {
+	helm.UpgradeContext(t, context.Background(), u.options(t, ns, replicas), u.chart, upstreamRelease)
+}
+
+func (u *upstreamChannel) uninstall(t *testing.T, ns string) {
+	helm.DeleteContext(t, context.Background(), u.options(t, ns, 0), upstreamRelease, true)
 }

@@ -22,11 +22,9 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
-const selector = "app.kubernetes.io/name=epp"
-
 func TestPeerDiscovery(t *testing.T) {
 	for _, ch := range channels() {
-		for _, m := range []mode{on, off, sidecar} {
+		for _, m := range ch.modes() {
 			t.Run(ch.name()+"/"+string(m), func(t *testing.T) {
 				ns := fmt.Sprintf("e2e-%s-%s-%s", ch.name(), m, rand.String(5))
 				runCase(t, ch, ns, m)
@@ -37,26 +35,25 @@ func TestPeerDiscovery(t *testing.T) {
 
 func runCase(t *testing.T, ch channel, ns string, m mode) {
 	ctx := context.Background()
+	w := ch.workload()
 	if !ch.createsNamespace() {
+		labels := map[string]string{}
+		if ch.restricted() {
+			labels["pod-security.kubernetes.io/enforce"] = "restricted"
+		}
 		if _, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-			Name:   ns,
-			Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+			Name: ns, Labels: labels,
 		}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = clientset.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	}
-	var v viewer
-	if backend == "local" {
-		v = newLocalViewer(t, ns)
-	} else {
-		v = newKindViewer(ns)
-	}
+	v := newViewer(t, ns, w, m)
 	t.Cleanup(v.close)
 	uninstalled := false
 	t.Cleanup(func() {
 		if t.Failed() {
-			report(t, ns, v)
+			report(t, ns, w, v)
 		}
 		if !uninstalled {
 			ch.uninstall(t, ns)
@@ -71,7 +68,7 @@ func runCase(t *testing.T, ch channel, ns string, m mode) {
 		t.Helper()
 		start := time.Now()
 		change()
-		waitConverged(t, ctx, ns, v, m, name)
+		waitConverged(t, ctx, ns, w, v, m, name)
 		took := time.Since(start)
 		record("%-17s %-20s %6.2fs", label, name, took.Seconds())
 		t.Logf("%s: converged in %s", name, took.Round(time.Millisecond))
@@ -90,10 +87,13 @@ func runCase(t *testing.T, ch channel, ns string, m mode) {
 				t.Log("helm test runs on kind only: the local backend's pods are processes on 127.0.0.1 behind fake pod IPs")
 			}
 		}
+		if w.alive {
+			checkStandbys(t, ctx, ns, w, v)
+		}
 		step("scale 3 -> 5", func() { ch.scale(t, ns, 5) })
 		step("scale 5 -> 2", func() { ch.scale(t, ns, 2) })
 		step("delete a pod", func() {
-			s := read(t, ctx, ns)
+			s := read(t, ctx, ns, w)
 			victim := s.Live[0].Name
 			t.Logf("deleting pod %s", victim)
 			if err := clientset.CoreV1().Pods(ns).Delete(ctx, victim, metav1.DeleteOptions{}); err != nil {
@@ -103,11 +103,11 @@ func runCase(t *testing.T, ch channel, ns string, m mode) {
 		})
 	} else {
 		ch.install(t, ns, off, 3)
-		checkOff(t, ctx, ns, v)
+		checkOff(t, ctx, ns, w, v)
 	}
 
 	if m != off {
-		collectPropagation(ctx, t, ns, v, m)
+		collectPropagation(ctx, t, ns, w, v, m)
 	}
 	ch.uninstall(t, ns)
 	uninstalled = true
@@ -122,12 +122,12 @@ var propagation = struct {
 	h peerview.Histogram
 }{h: peerview.Histogram{}}
 
-func collectPropagation(ctx context.Context, t *testing.T, ns string, v viewer, m mode) {
+func collectPropagation(ctx context.Context, t *testing.T, ns string, w workload, v viewer, m mode) {
 	container := eppContainer
 	if m == sidecar {
 		container = sidecarContainer
 	}
-	s := read(t, ctx, ns)
+	s := read(t, ctx, ns, w)
 	texts := v.metrics(ctx, t, s.Live, container)
 	propagation.Lock()
 	defer propagation.Unlock()
@@ -136,24 +136,34 @@ func collectPropagation(ctx context.Context, t *testing.T, ns string, v viewer, 
 	}
 }
 
-func read(t *testing.T, ctx context.Context, ns string) peerview.State {
+func read(t *testing.T, ctx context.Context, ns string, w workload) peerview.State {
 	t.Helper()
-	s, err := peerview.Read(ctx, clientset, ns, "epp", selector)
+	s, err := readE(ctx, ns, w)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
+// readE reads the workload's pods; with membership alive, every live pod is a
+// member, ready or not.
+func readE(ctx context.Context, ns string, w workload) (peerview.State, error) {
+	member := peerview.Ready
+	if w.alive {
+		member = peerview.Alive
+	}
+	return peerview.ReadMembers(ctx, clientset, ns, w.deployment, w.selector, member)
+}
+
 // waitConverged polls (every 250 ms, at most 90 s) until the Deployment has settled
 // and every live replica lists exactly the other live replicas: its epp, or in
 // sidecar mode both its sidecar and the EPP container that reads the sidecar's file.
-func waitConverged(t *testing.T, ctx context.Context, ns string, v viewer, m mode, step string) {
+func waitConverged(t *testing.T, ctx context.Context, ns string, w workload, v viewer, m mode, step string) {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	last := ""
 	for {
-		s, err := peerview.Read(ctx, clientset, ns, "epp", selector)
+		s, err := readE(ctx, ns, w)
 		switch {
 		case err != nil:
 			last = err.Error()
@@ -205,41 +215,49 @@ func waitGone(t *testing.T, ctx context.Context, ns, pod string) {
 	}
 }
 
-// checkOff: every replica says enabled=false, no peer flags, no endpointslices access.
-func checkOff(t *testing.T, ctx context.Context, ns string, v viewer) {
+// checkOff: llm-d-router's EPP runs (its /metrics answers) without the plugin: no
+// epp_peer_discovery metrics, no plugin in its configuration, no peer env or
+// ports, and its ServiceAccount may not read endpointslices.
+func checkOff(t *testing.T, ctx context.Context, ns string, w workload, v viewer) {
 	t.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
-		s := read(t, ctx, ns)
+		s := read(t, ctx, ns, w)
 		if s.Settled() {
-			views := v.views(ctx, t, s.Live, eppContainer)
-			ok := len(views) == len(s.Live)
-			for _, view := range views {
-				if view.Err != nil {
-					ok = false
-				}
-			}
-			if ok {
-				for name, view := range views {
-					if view.Doc.Enabled || len(view.Doc.Peers) != 0 || view.Doc.Peers == nil {
-						t.Fatalf("%s with peer discovery off: %+v", name, view.Doc)
+			texts := v.metrics(ctx, t, s.Live, eppContainer)
+			if len(texts) == len(s.Live) {
+				for _, text := range texts {
+					if strings.Contains(text, "epp_peer_discovery_") {
+						t.Fatalf("peer discovery off, yet the EPP's /metrics has epp_peer_discovery series")
 					}
 				}
 				for _, p := range s.Live {
-					for _, a := range p.Spec.Containers[0].Args {
-						if strings.HasPrefix(a, "--enable-peer-discovery") || strings.HasPrefix(a, "--epp-peer-") {
-							t.Fatalf("pod %s has peer flag %q with peer discovery off", p.Name, a)
+					c := p.Spec.Containers[0]
+					for _, e := range c.Env {
+						if strings.HasPrefix(e.Name, "EPP_PEER") {
+							t.Fatalf("pod %s has env %s with peer discovery off", p.Name, e.Name)
 						}
 					}
-					for _, port := range p.Spec.Containers[0].Ports {
-						if port.Name == "peer-sync" {
-							t.Fatalf("pod %s has a peer-sync port with peer discovery off", p.Name)
+					for _, port := range c.Ports {
+						if port.Name == "peer-sync" || port.Name == "http-peers" {
+							t.Fatalf("pod %s has the port %s with peer discovery off", p.Name, port.Name)
+						}
+					}
+				}
+				cms, err := clientset.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, cm := range cms.Items {
+					for key, data := range cm.Data {
+						if strings.Contains(data, "peer-discovery") {
+							t.Fatalf("peer discovery off, yet ConfigMap %s key %s names a peer-discovery plugin:\n%s", cm.Name, key, data)
 						}
 					}
 				}
 				for _, verb := range []string{"get", "list", "watch"} {
 					sar, err := clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-						User:               "system:serviceaccount:" + ns + ":epp",
+						User:               "system:serviceaccount:" + ns + ":" + w.serviceAccount,
 						Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
 						ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: "discovery.k8s.io", Resource: "endpointslices"},
 					}}, metav1.CreateOptions{})
@@ -247,15 +265,48 @@ func checkOff(t *testing.T, ctx context.Context, ns string, v viewer) {
 						t.Fatal(err)
 					}
 					if sar.Status.Allowed {
-						t.Fatalf("peer discovery off, yet ServiceAccount epp may %s endpointslices (%s)", verb, sar.Status.Reason)
+						t.Fatalf("peer discovery off, yet ServiceAccount %s may %s endpointslices (%s)", w.serviceAccount, verb, sar.Status.Reason)
 					}
 				}
-				t.Logf("off:\n%s", peerview.Table(s, views))
+				t.Logf("off: %d replicas of llm-d-router's EPP serve /metrics, none with peer discovery", len(texts))
 				return
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("replicas not serving /debug/peers after 90s")
+			t.Fatalf("replicas not serving /metrics after 90s")
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// checkStandbys: with leader election (upstream's default) and membership alive,
+// the standbys are peers. On kind exactly one replica is ready (the leader; its
+// readiness is the real gRPC probe) and every replica lists the others, ready or
+// not; on the local backend KWOK reports every pod ready, so only the peer sets
+// are checked there (the llm-d-router integration tests run real leader election).
+func checkStandbys(t *testing.T, ctx context.Context, ns string, w workload, v viewer) {
+	t.Helper()
+	if backend != "kind" {
+		t.Log("leader election: the local backend's pods are all ready (KWOK); the standbys' readiness is checked on kind")
+		return
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		s := read(t, ctx, ns, w)
+		ready := 0
+		for i := range s.Live {
+			if peerview.Ready(&s.Live[i]) {
+				ready++
+			}
+		}
+		if ready == 1 && s.Settled() {
+			if d := peerview.Diff(s.Expected(9005), v.views(ctx, t, s.Live, eppContainer)); d == "" {
+				t.Logf("leader election: 1 leader ready, %d standbys not ready, and every replica lists all the others", len(s.Live)-1)
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("leader election: %d of %d replicas ready after 90s, want exactly 1 (the leader) with the standbys listed as peers", ready, len(s.Live))
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
@@ -289,7 +340,7 @@ func leftovers(ctx context.Context, ns string, ownsNamespace bool) []string {
 }
 
 // report prints what a person needs to see why a case failed.
-func report(t *testing.T, ns string, v viewer) {
+func report(t *testing.T, ns string, w workload, v viewer) {
 	ctx := context.Background()
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n===== diagnostics for namespace %s =====\n", ns)
@@ -297,7 +348,7 @@ func report(t *testing.T, ns string, v viewer) {
 		for _, p := range pods.Items {
 			fmt.Fprintf(&b, "pod %s phase=%s ip=%s ready=%v deleting=%v\n", p.Name, p.Status.Phase, p.Status.PodIP, peerview.Ready(&p), p.DeletionTimestamp != nil)
 		}
-		s, _ := peerview.Read(ctx, clientset, ns, "epp", selector)
+		s, _ := readE(ctx, ns, w)
 		for _, c := range []string{eppContainer, sidecarContainer} {
 			for name, view := range v.views(ctx, t, s.Live, c) {
 				fmt.Fprintf(&b, "--- %s container %s /debug/peers: %+v err=%v\n", name, c, view.Doc, view.Err)

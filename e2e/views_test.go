@@ -22,8 +22,36 @@ const (
 	sidecarContainer = "peer-discovery"
 )
 
-// metricsPorts are the container ports of /debug/peers, by container.
-var metricsPorts = map[string]int{eppContainer: 9090, sidecarContainer: 9091}
+// peersPort is the container port of a container's /debug/peers in mode m: the
+// plugin's http-peers port in llm-d-router's EPP, the stand-in consumer's metrics
+// port in sidecar mode, the sidecar's metrics port; 0: none (peer discovery off).
+func peersPort(container string, m mode) int {
+	switch {
+	case container == sidecarContainer:
+		return 9091
+	case m == on:
+		return 9091
+	case m == sidecar:
+		return 9090
+	}
+	return 0
+}
+
+// metricsPort is the container port of a container's /metrics.
+func metricsPort(container string) int {
+	if container == sidecarContainer {
+		return 9091
+	}
+	return 9090
+}
+
+// newViewer returns the backend's viewer of workload w in namespace ns.
+func newViewer(t *testing.T, ns string, w workload, m mode) viewer {
+	if backend == "local" {
+		return newLocalViewer(t, ns, w)
+	}
+	return newKindViewer(ns, m)
+}
 
 // viewer reads each live pod's /debug/peers, of one of its containers, through
 // 127.0.0.1. Pods without that container (yet) are left out.
@@ -36,14 +64,15 @@ type viewer interface {
 	close()
 }
 
-// localViewer: the replicas are bin/epp processes run by podproc.
+// localViewer: the replicas are processes run by podproc (bin/epp-llmd for
+// llm-d-router's EPP, bin/epp for the sidecar and the stand-in consumer).
 type localViewer struct {
 	rt     *podproc.Runtime
 	cancel context.CancelFunc
 }
 
-func newLocalViewer(t *testing.T, ns string) *localViewer {
-	rt, err := podproc.New(local.Config, eppBin, ns, "app.kubernetes.io/name=epp", "epp")
+func newLocalViewer(t *testing.T, ns string, w workload) *localViewer {
+	rt, err := podproc.New(local.Config, podproc.DefaultBinaries(repoRoot), ns, w.selector, eppContainer)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,47 +120,57 @@ func (v *localViewer) close() { v.cancel(); v.rt.Wait() }
 // kindViewer: the replicas run in kind; each is read through a port-forward.
 type kindViewer struct {
 	ns      string
+	mode    mode
 	mu      sync.Mutex
 	tunnels map[string]*k8s.Tunnel // by pod UID and port
 }
 
-func newKindViewer(ns string) *kindViewer {
-	return &kindViewer{ns: ns, tunnels: map[string]*k8s.Tunnel{}}
+func newKindViewer(ns string, m mode) *kindViewer {
+	return &kindViewer{ns: ns, mode: m, tunnels: map[string]*k8s.Tunnel{}}
+}
+
+// endpoint returns 127.0.0.1:<port> forwarded to port of pod p, opened once.
+func (v *kindViewer) endpoint(t *testing.T, p *corev1.Pod, port int) (string, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	key := fmt.Sprintf("%s:%d", p.UID, port)
+	tun, ok := v.tunnels[key]
+	if !ok {
+		tun = k8s.NewTunnel(kubectlOptions(v.ns), k8s.ResourceTypePod, p.Name, 0, port)
+		if err := tun.ForwardPortE(t); err != nil {
+			return "", fmt.Errorf("port-forward: %w", err)
+		}
+		v.tunnels[key] = tun
+	}
+	return tun.Endpoint(), nil
 }
 
 func (v *kindViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod, container string) map[string]peerview.View {
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	out := map[string]peerview.View{}
-	port := metricsPorts[container]
+	port := peersPort(container, v.mode)
 	for _, p := range live {
-		if !hasContainer(&p, container) {
+		if port == 0 || !hasContainer(&p, container) {
 			continue
 		}
-		key := fmt.Sprintf("%s:%d", p.UID, port)
-		tun, ok := v.tunnels[key]
-		if !ok {
-			tun = k8s.NewTunnel(kubectlOptions(v.ns), k8s.ResourceTypePod, p.Name, 0, port)
-			if err := tun.ForwardPortE(t); err != nil {
-				out[p.Name] = peerview.View{Err: fmt.Errorf("port-forward: %w", err)}
-				continue
-			}
-			v.tunnels[key] = tun
+		addr, err := v.endpoint(t, &p, port)
+		if err != nil {
+			out[p.Name] = peerview.View{Err: err}
+			continue
 		}
-		doc, err := peerview.Fetch(ctx, tun.Endpoint())
+		doc, err := peerview.Fetch(ctx, addr)
 		out[p.Name] = peerview.View{Doc: doc, Err: err}
 	}
 	return out
 }
 
 func (v *kindViewer) metrics(ctx context.Context, t *testing.T, live []corev1.Pod, container string) []string {
-	v.views(ctx, t, live, container) // opens the tunnels
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	var out []string
 	for _, p := range live {
-		if tun, ok := v.tunnels[fmt.Sprintf("%s:%d", p.UID, metricsPorts[container])]; ok {
-			if text, err := peerview.FetchMetrics(ctx, tun.Endpoint()); err == nil {
+		if !hasContainer(&p, container) {
+			continue
+		}
+		if addr, err := v.endpoint(t, &p, metricsPort(container)); err == nil {
+			if text, err := peerview.FetchMetrics(ctx, addr); err == nil {
 				out = append(out, text)
 			}
 		}

@@ -1,11 +1,12 @@
 // Command demo shows peer discovery working on a local control plane with real
 // controllers (no Docker): it installs charts/epp with Helm and peer discovery on,
-// runs one bin/epp process per pod (the e2e suite's process runtime), and prints a
-// live table of every replica's own /debug/peers while the release scales
-// 3 -> 5 -> 2 and a pod is deleted. Then it uninstalls and stops everything.
+// runs llm-d-router's EPP with the plugin as one process per pod (bin/epp-llmd, by
+// the e2e suite's process runtime), and prints a live table of every replica's own
+// /debug/peers (the plugin's) while the release scales 3 -> 5 -> 2 and a pod is
+// deleted. Then it uninstalls and stops everything.
 // All traffic stays on 127.0.0.1; the fake pod IPs are never dialed.
 //
-// Usage (what `make demo` runs): go run ./hack/demo
+// Usage (what `make demo` runs): go -C e2e run ./demo
 package main
 
 import (
@@ -76,7 +77,7 @@ func run() error {
 		fmt.Println("\n== helm uninstall epp")
 		_ = d.helm(context.Background(), "uninstall", "epp", "--namespace", ns, "--wait")
 	}()
-	if d.rt, err = podproc.New(cluster.Config, filepath.Join(root, "bin", "epp"), ns, selector, "epp"); err != nil {
+	if d.rt, err = podproc.New(cluster.Config, podproc.DefaultBinaries(root), ns, selector, "epp"); err != nil {
 		return err
 	}
 	rtCtx, stopRT := context.WithCancel(ctx)
@@ -87,7 +88,7 @@ func run() error {
 		title string
 		do    func() error
 	}{
-		{"helm install epp charts/epp --set router.epp.peerDiscovery.enabled=true (3 replicas)", func() error { return nil }},
+		{"helm install epp charts/epp --set router.epp.peerDiscovery.enabled=true (3 replicas of llm-d-router's EPP)", func() error { return nil }},
 		{"helm upgrade: scale 3 -> 5", func() error { return d.scale(ctx, 5) }},
 		{"helm upgrade: scale 5 -> 2", func() error { return d.scale(ctx, 2) }},
 		{"kubectl delete pod (the Deployment replaces it)", func() error { return d.deleteOnePod(ctx) }},

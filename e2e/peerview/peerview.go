@@ -38,10 +38,18 @@ func Ready(p *corev1.Pod) bool {
 	return false
 }
 
+// Alive reports whether a pod is a live replica under membership alive: Running,
+// with an IP, not being deleted, ready or not (a standby of an EPP run with leader
+// election is not ready).
+func Alive(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" && p.DeletionTimestamp == nil
+}
+
 // State is the Deployment's pods at one moment.
 type State struct {
 	Desired int32
-	// Live are the ready pods, ordered by name.
+	// Live are the ready pods (Alive ones with ReadMembers(..., Alive)), ordered by
+	// name.
 	Live []corev1.Pod
 	// Others counts pods that exist but are not live (starting or terminating).
 	Others int
@@ -49,6 +57,11 @@ type State struct {
 
 // Read lists the Deployment and its pods.
 func Read(ctx context.Context, cs kubernetes.Interface, namespace, deployment, selector string) (State, error) {
+	return ReadMembers(ctx, cs, namespace, deployment, selector, Ready)
+}
+
+// ReadMembers is Read where member says which pods are live (Ready, or Alive).
+func ReadMembers(ctx context.Context, cs kubernetes.Interface, namespace, deployment, selector string, member func(*corev1.Pod) bool) (State, error) {
 	var s State
 	dep, err := cs.AppsV1().Deployments(namespace).Get(ctx, deployment, metav1.GetOptions{})
 	if err != nil {
@@ -60,7 +73,7 @@ func Read(ctx context.Context, cs kubernetes.Interface, namespace, deployment, s
 		return s, err
 	}
 	for i := range pods.Items {
-		if Ready(&pods.Items[i]) {
+		if member(&pods.Items[i]) {
 			s.Live = append(s.Live, pods.Items[i])
 		} else {
 			s.Others++
@@ -225,17 +238,24 @@ func FetchMetrics(ctx context.Context, addr string) (string, error) {
 // Histogram is a Prometheus histogram's cumulative bucket counts, by upper bound.
 type Histogram map[float64]float64
 
-// AddHistogram adds the buckets of the histogram name found in a /metrics text.
+// AddHistogram adds the buckets of the histogram name found in a /metrics text, of
+// every series (its other labels, e.g. discovery, summed over).
 func (h Histogram) AddHistogram(text, name string) {
-	prefix := name + `_bucket{le="`
+	prefix := name + "_bucket{"
 	for _, line := range strings.Split(text, "\n") {
 		rest, ok := strings.CutPrefix(line, prefix)
 		if !ok {
 			continue
 		}
-		le, count, ok := strings.Cut(rest, `"} `)
+		labels, count, ok := strings.Cut(rest, "} ")
 		if !ok {
 			continue
+		}
+		le := ""
+		for _, l := range strings.Split(labels, ",") {
+			if v, ok := strings.CutPrefix(l, `le="`); ok {
+				le = strings.TrimSuffix(v, `"`)
+			}
 		}
 		bound, err1 := strconv.ParseFloat(le, 64)
 		if le == "+Inf" {

@@ -1,6 +1,8 @@
 // Package podproc is the process runtime of the local backend: for every pod of a
-// Deployment that KWOK marks Running, it starts bin/epp once for each of the pod's
-// containers, as those containers would run, and stops them when the pod goes away.
+// Deployment that KWOK marks Running, it starts one process for each of the pod's
+// containers, the binary its image names (bin/epp for the epp image, bin/epp-llmd
+// for llm-d-router's EPP with the plugin), as those containers would run, and stops
+// them when the pod goes away.
 //
 // Native sidecars (init containers with restartPolicy Always) start first, in order,
 // each waited for until its startup probe passes, then the containers. Every process
@@ -8,10 +10,14 @@
 // the live Pod, valueFrom Secrets and ConfigMaps read from the API, $(VAR) references
 // expanded), with the changes a real pod does not need: its bind addresses move to
 // free 127.0.0.1 ports, each emptyDir volume is a folder of the pod's own (paths under
-// its mount point, in args and env, point there), and a container that gets the
-// ServiceAccount token (the pod's automount, or a projected token volume it mounts)
-// gets a kubeconfig with a real token for the pod's ServiceAccount (TokenRequest,
-// bound to the Pod) instead of the in-cluster config. So the deployed RBAC, flags,
+// its mount point, in args and env, point there), each ConfigMap volume a folder with
+// the ConfigMap's keys as files, read when the container starts, and a container that
+// gets the ServiceAccount token (the pod's automount, or a projected token volume it
+// mounts) gets a kubeconfig with a real token for the pod's ServiceAccount
+// (TokenRequest, bound to the Pod) instead of the in-cluster config. llm-d-router's
+// EPP gets free ports for --grpc-port, --grpc-health-port and --metrics-port, and
+// 127.0.0.1 addresses for the plugin's EPP_PEER_DEBUG_ADDRESS and
+// EPP_PEER_SYNC_ADDRESS. So the deployed RBAC, flags,
 // env and volumes are exercised exactly. Nothing ever dials the pod IPs. Init
 // containers that run to completion are not supported; a process that exits is not
 // restarted.
@@ -44,23 +50,77 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
-// Replica is one pod: one running epp process per container.
+// Kind says how a binary takes its addresses.
+type Kind int
+
+const (
+	// Epp is bin/epp: --metrics-bind-address (/metrics and /debug/peers),
+	// --health-probe-bind-address, --peer-sync-bind-address, --kubeconfig.
+	Epp Kind = iota
+	// LLMDRouter is llm-d-router's EPP: --grpc-port, --grpc-health-port,
+	// --metrics-port, KUBECONFIG; the plugin's /debug/peers on EPP_PEER_DEBUG_ADDRESS.
+	LLMDRouter
+)
+
+// Binary is what runs a container of an image.
+type Binary struct {
+	Path string
+	Kind Kind
+}
+
+// Binaries are the binaries by image repository (without registry host, tag or
+// digest), e.g. "epp-peer-discovery/epp".
+type Binaries map[string]Binary
+
+// DefaultBinaries are the project's two images in bin/ under root.
+func DefaultBinaries(root string) Binaries {
+	return Binaries{
+		"epp-peer-discovery/epp":              {Path: filepath.Join(root, "bin", "epp"), Kind: Epp},
+		"epp-peer-discovery/llm-d-router-epp": {Path: filepath.Join(root, "bin", "epp-llmd"), Kind: LLMDRouter},
+	}
+}
+
+// For returns the binary of image.
+func (b Binaries) For(image string) (Binary, error) {
+	repo := image
+	if i := strings.Index(repo, "@"); i >= 0 {
+		repo = repo[:i]
+	}
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	for key, bin := range b {
+		if repo == key || strings.HasSuffix(repo, "/"+key) {
+			if _, err := os.Stat(bin.Path); err != nil {
+				return Binary{}, fmt.Errorf("image %s: %w (make build, make build-llmd)", image, err)
+			}
+			return bin, nil
+		}
+	}
+	return Binary{}, fmt.Errorf("image %s: the local runtime has no binary for it", image)
+}
+
+// Replica is one pod: one running process per container.
 type Replica struct {
 	Pod, PodIP string
 	UID        types.UID
-	// MetricsAddr serves the /debug/peers and /metrics of the runtime's main
-	// container; ProbeAddr its /healthz and /readyz.
-	MetricsAddr, ProbeAddr string
+	// MetricsAddr serves the /metrics of the runtime's main container, PeersAddr its
+	// /debug/peers (the same address for epp; the plugin's for llm-d-router's EPP,
+	// empty without one), ProbeAddr its probes (HTTP /healthz and /readyz for epp,
+	// the gRPC health port for llm-d-router's EPP).
+	MetricsAddr, PeersAddr, ProbeAddr string
 	// Processes are the pod's containers in start order (native sidecars first).
 	Processes []*Process
 	dir       string
 }
 
-// Process is one container's epp process.
+// Process is one container's process.
 type Process struct {
 	Container string
-	// MetricsAddr and ProbeAddr are where its bind addresses moved (127.0.0.1).
-	MetricsAddr, ProbeAddr string
+	Kind      Kind
+	// MetricsAddr, PeersAddr and ProbeAddr are where its addresses moved
+	// (127.0.0.1), as in Replica.
+	MetricsAddr, PeersAddr, ProbeAddr string
 	// Args and Env are what the process got.
 	Args []string
 	Env  []string
@@ -97,7 +157,7 @@ func (r *Replica) Log() string {
 type Runtime struct {
 	cs        kubernetes.Interface
 	cfg       *rest.Config
-	bin       string
+	bins      Binaries
 	namespace string
 	selector  string
 	container string
@@ -105,13 +165,15 @@ type Runtime struct {
 
 	mu       sync.Mutex
 	replicas map[types.UID]*Replica
+	stopping sync.WaitGroup // replicas of pods that went, stopping
 	errs     []error
 	stopped  chan struct{}
 }
 
 // New returns a runtime for the pods of namespace matching selector
-// (e.g. "app.kubernetes.io/name=epp"), running container with bin.
-func New(cfg *rest.Config, bin, namespace, selector, container string) (*Runtime, error) {
+// (e.g. "app.kubernetes.io/name=epp"), whose main container is container, running
+// each container with the binary of its image.
+func New(cfg *rest.Config, bins Binaries, namespace, selector, container string) (*Runtime, error) {
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
@@ -120,7 +182,7 @@ func New(cfg *rest.Config, bin, namespace, selector, container string) (*Runtime
 	if err != nil {
 		return nil, err
 	}
-	return &Runtime{cs: cs, cfg: cfg, bin: bin, namespace: namespace, selector: selector, container: container, dir: dir,
+	return &Runtime{cs: cs, cfg: cfg, bins: bins, namespace: namespace, selector: selector, container: container, dir: dir,
 		replicas: map[types.UID]*Replica{}, stopped: make(chan struct{})}, nil
 }
 
@@ -199,8 +261,10 @@ func (r *Runtime) sync(ctx context.Context) error {
 		}
 	}
 	r.mu.Unlock()
+	// Stopped in the background, as a kubelet does: llm-d-router's EPP drains for
+	// up to 10 s here, and new pods must not wait for that.
 	for _, rep := range stale {
-		stopReplica(rep)
+		r.stopping.Go(func() { stopReplica(rep) })
 	}
 	for _, p := range missing {
 		rep, err := r.start(ctx, p)
@@ -256,7 +320,7 @@ func (r *Runtime) start(ctx context.Context, pod *corev1.Pod) (*Replica, error) 
 		stopReplica(rep)
 		return nil, fmt.Errorf("no container %q", r.container)
 	}
-	rep.MetricsAddr, rep.ProbeAddr = main.MetricsAddr, main.ProbeAddr
+	rep.MetricsAddr, rep.PeersAddr, rep.ProbeAddr = main.MetricsAddr, main.PeersAddr, main.ProbeAddr
 	return rep, nil
 }
 
@@ -334,21 +398,16 @@ func waitListening(ctx context.Context, p *Process) error {
 	}
 }
 
-// startContainer starts bin/epp as container c of pod would run.
+// startContainer starts the binary of c's image as container c of pod would run.
 func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Replica, c *corev1.Container, kubeconfig string) (*Process, error) {
-	p := &Process{Container: c.Name, MetricsAddr: testenv.FreeAddr(), ProbeAddr: testenv.FreeAddr(), done: make(chan struct{})}
-	// The emptyDir volumes the container mounts: folders of the pod's own.
-	paths := map[string]string{}
-	for _, m := range c.VolumeMounts {
-		for _, v := range pod.Spec.Volumes {
-			if v.Name == m.Name && v.EmptyDir != nil {
-				dir := filepath.Join(rep.dir, "volumes", v.Name)
-				if err := os.MkdirAll(dir, 0o755); err != nil {
-					return nil, err
-				}
-				paths[m.MountPath] = dir
-			}
-		}
+	bin, err := r.bins.For(c.Image)
+	if err != nil {
+		return nil, err
+	}
+	p := &Process{Container: c.Name, Kind: bin.Kind, MetricsAddr: testenv.FreeAddr(), ProbeAddr: testenv.FreeAddr(), done: make(chan struct{})}
+	paths, err := r.volumes(ctx, pod, rep, c)
+	if err != nil {
+		return nil, err
 	}
 	rewrite := func(s string) string {
 		for mount, dir := range paths {
@@ -367,20 +426,22 @@ func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Repl
 	for i, kv := range env {
 		name, value, _ := strings.Cut(kv, "=")
 		value = rewrite(value)
+		if bin.Kind == LLMDRouter {
+			switch name {
+			case "EPP_PEER_DEBUG_ADDRESS":
+				// The plugin's /debug/peers, on 127.0.0.1 of its own.
+				p.PeersAddr = testenv.FreeAddr()
+				value = p.PeersAddr
+			case "EPP_PEER_SYNC_ADDRESS":
+				// Every pod's peer-sync port on 127.0.0.1 of its own, as each pod has
+				// its own IP. Nothing dials it: the local backend never probes.
+				value = testenv.FreeAddr()
+			}
+		}
 		env[i], vars[name] = name+"="+value, value
 	}
-	p.Env = env
-	for _, a := range c.Args {
-		if strings.HasPrefix(a, "--metrics-bind-address") || strings.HasPrefix(a, "--health-probe-bind-address") || strings.HasPrefix(a, "--kubeconfig") {
-			continue
-		}
-		if strings.HasPrefix(a, "--peer-sync-bind-address") {
-			// Every pod's port on 127.0.0.1 of its own, as each pod has its own IP.
-			// Nothing dials it: the local backend never probes (its pod IPs are fake).
-			p.Args = append(p.Args, "--peer-sync-bind-address="+testenv.FreeAddr())
-			continue
-		}
-		a = varRef.ReplaceAllStringFunc(a, func(ref string) string {
+	expand := func(a string) string {
+		return varRef.ReplaceAllStringFunc(a, func(ref string) string {
 			if ref == "$$" {
 				return "$"
 			}
@@ -389,18 +450,53 @@ func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Repl
 			}
 			return ref // undefined: left as written, as the kubelet does
 		})
-		p.Args = append(p.Args, rewrite(a))
 	}
-	p.Args = append(p.Args, "--metrics-bind-address="+p.MetricsAddr, "--health-probe-bind-address="+p.ProbeAddr)
-	if kubeconfig != "" && getsToken(pod, c) {
-		p.Args = append(p.Args, "--kubeconfig="+kubeconfig)
+	switch bin.Kind {
+	case Epp:
+		p.PeersAddr = p.MetricsAddr
+		for _, a := range c.Args {
+			if strings.HasPrefix(a, "--metrics-bind-address") || strings.HasPrefix(a, "--health-probe-bind-address") || strings.HasPrefix(a, "--kubeconfig") {
+				continue
+			}
+			if strings.HasPrefix(a, "--peer-sync-bind-address") {
+				p.Args = append(p.Args, "--peer-sync-bind-address="+testenv.FreeAddr())
+				continue
+			}
+			p.Args = append(p.Args, rewrite(expand(a)))
+		}
+		p.Args = append(p.Args, "--metrics-bind-address="+p.MetricsAddr, "--health-probe-bind-address="+p.ProbeAddr)
+		if kubeconfig != "" && getsToken(pod, c) {
+			p.Args = append(p.Args, "--kubeconfig="+kubeconfig)
+		}
+	case LLMDRouter:
+		// Its ports are numbers on every interface: free ones, read on 127.0.0.1.
+		ports := map[string]string{"--metrics-port": port(p.MetricsAddr), "--grpc-health-port": port(p.ProbeAddr), "--grpc-port": port(testenv.FreeAddr())}
+		args := c.Args
+		for i := 0; i < len(args); i++ {
+			a := expand(args[i])
+			name, _, hasValue := strings.Cut(a, "=")
+			if _, ok := ports[name]; ok {
+				if !hasValue {
+					i++ // --flag value
+				}
+				continue
+			}
+			p.Args = append(p.Args, rewrite(a))
+		}
+		for _, name := range []string{"--grpc-port", "--grpc-health-port", "--metrics-port"} {
+			p.Args = append(p.Args, name+"="+ports[name])
+		}
+		if kubeconfig != "" && getsToken(pod, c) {
+			env = append(env, "KUBECONFIG="+kubeconfig)
+		}
 	}
+	p.Env = env
 	p.log = filepath.Join(rep.dir, c.Name+".log")
 	f, err := os.Create(p.log)
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(r.bin, p.Args...)
+	p.cmd = exec.Command(bin.Path, p.Args...)
 	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + r.dir}, env...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -410,6 +506,57 @@ func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Repl
 	}
 	go func() { _ = p.cmd.Wait(); f.Close(); close(p.done) }()
 	return p, nil
+}
+
+func port(addr string) string {
+	_, p, _ := net.SplitHostPort(addr)
+	return p
+}
+
+// volumes makes the emptyDir and ConfigMap volumes c mounts folders of the pod's
+// own (a ConfigMap's as it is now, its keys or its items as files), and returns
+// them by mount path.
+func (r *Runtime) volumes(ctx context.Context, pod *corev1.Pod, rep *Replica, c *corev1.Container) (map[string]string, error) {
+	paths := map[string]string{}
+	for _, m := range c.VolumeMounts {
+		for _, v := range pod.Spec.Volumes {
+			if v.Name != m.Name || v.EmptyDir == nil && v.ConfigMap == nil {
+				continue
+			}
+			dir := filepath.Join(rep.dir, "volumes", v.Name)
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				return nil, err
+			}
+			paths[m.MountPath] = dir
+			if v.ConfigMap == nil {
+				continue
+			}
+			cm, err := r.cs.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, v.ConfigMap.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, fmt.Errorf("volume %s: %w", v.Name, err)
+			}
+			files := map[string]string{}
+			for k := range cm.Data {
+				files[k] = k
+			}
+			if len(v.ConfigMap.Items) > 0 {
+				files = map[string]string{}
+				for _, it := range v.ConfigMap.Items {
+					files[it.Key] = it.Path
+				}
+			}
+			for key, file := range files {
+				dst := filepath.Join(dir, file)
+				if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+					return nil, err
+				}
+				if err := os.WriteFile(dst, []byte(cm.Data[key]), 0o644); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return paths, nil
 }
 
 // waitStarted waits (at most 60 s, polling every 100 ms) until the process's startup
@@ -534,6 +681,7 @@ func (r *Runtime) stopAll() {
 		wg.Go(func() { stopReplica(rep) })
 	}
 	wg.Wait()
+	r.stopping.Wait()
 }
 
 // stopReplica stops the pod's containers in the reverse of their start order (the
@@ -569,8 +717,8 @@ func (r *Runtime) ViewsOf(ctx context.Context, live []corev1.Pod, container stri
 		if !ok {
 			continue
 		}
-		if proc := rep.Process(container); proc != nil {
-			doc, err := peerview.Fetch(ctx, proc.MetricsAddr)
+		if proc := rep.Process(container); proc != nil && proc.PeersAddr != "" {
+			doc, err := peerview.Fetch(ctx, proc.PeersAddr)
 			out[p.Name] = peerview.View{Doc: doc, Err: err}
 		}
 	}

@@ -2,7 +2,7 @@
 
 // Package scale_test puts the real EndpointSlice controller under load on the local
 // control plane (`make e2e-scale`): the chart with peer discovery and 3 real
-// replicas (bin/epp processes), plus 1,000 KWOK pods behind the same Service that no
+// replicas (llm-d-router's EPP with the plugin, bin/epp-llmd processes), plus 1,000 KWOK pods behind the same Service that no
 // process runs. Every real replica must list exactly the other 1,002 ready pods
 // after the 1,000 appear and after a rolling restart of the 1,000; the time to
 // converge and the replicas' CPU are recorded.
@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "e2e-scale:", err)
 		os.Exit(1)
 	}
-	for _, b := range []string{"bin/epp", "bin/helm"} {
+	for _, b := range []string{"bin/epp-llmd", "bin/helm"} {
 		if _, err := os.Stat(filepath.Join(root, b)); err != nil {
 			fmt.Fprintf(os.Stderr, "e2e-scale: %s not found: run `make e2e-scale` (it builds it)\n", b)
 			os.Exit(1)
@@ -90,11 +90,11 @@ func TestThousandPodsRollingRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The chart, 3 replicas, each a bin/epp process.
+	// The chart, 3 replicas, each a bin/epp-llmd process.
 	helm(t, "install", release, filepath.Join(root, "charts", "epp"), "--namespace", ns, "--wait", "--timeout", "3m",
 		"--set", "router.epp.peerDiscovery.enabled=true", "--set", "router.epp.replicas="+strconv.Itoa(realReplicas),
 		"--set-string", "router.epp.podLabels."+strings.ReplaceAll(realKey, ".", `\.`)+"=true")
-	rt, err := podproc.New(cluster.Config, filepath.Join(root, "bin", "epp"), ns, "app.kubernetes.io/name=epp,"+realKey+"=true", "epp")
+	rt, err := podproc.New(cluster.Config, podproc.DefaultBinaries(root), ns, "app.kubernetes.io/name=epp,"+realKey+"=true", "epp")
 	if err != nil {
 		t.Fatal(err)
 	}

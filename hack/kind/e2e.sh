@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# make e2e-kind: a Docker engine (docker-up), the kind cluster (kind-up), the epp image
-# loaded into it, the end-to-end suite against the kind context, then kind-down and
+# make e2e-kind: a Docker engine (docker-up), the kind cluster (kind-up), the images of
+# epp and of llm-d-router's EPP with the plugin loaded into it, the end-to-end suite against the kind context, then kind-down and
 # docker-down for what this run started, unless KEEP_CLUSTER=1.
 set -euo pipefail
-: "${KIND:?}" "${KIND_CLUSTER:?}" "${IMAGE:?}" "${E2E_TIMEOUT:?}" "${DOCKER_STATE:?}" "${KIND_STATE:?}" "${EPP_BIN:?}"
+: "${KIND:?}" "${KIND_CLUSTER:?}" "${IMAGE:?}" "${LLMD_IMAGE:?}" "${E2E_TIMEOUT:?}" "${DOCKER_STATE:?}" "${KIND_STATE:?}" "${EPP_BIN:?}" "${LLMD_EPP:?}"
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 
@@ -30,6 +30,7 @@ cleanup() {
 trap cleanup EXIT
 "$here/kind-up.sh" "$KIND" "$KIND_CLUSTER" "${KIND_NODE_IMAGE:-}" "$KIND_STATE"
 "$root/hack/image.sh" "$EPP_BIN" "$IMAGE"
-"$KIND" load docker-image --name "$KIND_CLUSTER" "$IMAGE"
+"$root/hack/image.sh" "$LLMD_EPP" "$LLMD_IMAGE" Dockerfile.llmd
+"$KIND" load docker-image --name "$KIND_CLUSTER" "$IMAGE" "$LLMD_IMAGE"
 E2E_BACKEND=kind E2E_KUBECONFIG="$KIND_STATE/kubeconfig" E2E_KUBE_CONTEXT="kind-$KIND_CLUSTER" \
   go -C "$root/e2e" test -tags e2e -count=1 -v -timeout="$E2E_TIMEOUT" ./...

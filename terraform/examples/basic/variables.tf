@@ -35,13 +35,13 @@ variable "replicas" {
 }
 
 variable "image_repository" {
-  description = "Repository of the epp image."
+  description = "Repository of the EPP image: llm-d-router's EPP with peer discovery (make image-llmd), or with peer_discovery_mode = \"sidecar\" your own EPP's."
   type        = string
-  default     = "epp-peer-discovery/epp"
+  default     = "epp-peer-discovery/llm-d-router-epp"
 }
 
 variable "image_tag" {
-  description = "Tag of the epp image; null for the chart's appVersion."
+  description = "Tag of the EPP image; null for the chart's appVersion."
   type        = string
   default     = null
 }
