@@ -111,6 +111,11 @@ func TestThousandPodsRollingRestart(t *testing.T) {
 	}
 	tmpl := *dep.Spec.Template.DeepCopy()
 	delete(tmpl.Labels, realKey)
+	// Nothing runs in them: no resource requests, so that 1,000 fit the fake node
+	// whatever the EPP container requests.
+	for i := range tmpl.Spec.Containers {
+		tmpl.Spec.Containers[i].Resources = corev1.ResourceRequirements{}
+	}
 	tmpl.Labels[fillKey] = "true"
 	filler := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "filler"},
