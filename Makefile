@@ -255,7 +255,7 @@ verify-docs: $(BIN)/helm-docs $(BIN)/terraform-docs ## Fail when the generated c
 set-version: ## Set the release version everywhere it appears (VERSION=x.y.z): the chart's version and appVersion, kustomize's images and version label.
 	@[ -n "$(VERSION)" ] || { echo "usage: make set-version VERSION=x.y.z"; exit 2; }
 	sed -i -E 's/^(version: ).*/\1$(VERSION)/; s/^(appVersion: ).*/\1"$(VERSION)"/' charts/epp/Chart.yaml
-	sed -i -E 's/(newTag: )"[^"]*"/\1"$(VERSION)"/; s/(app.kubernetes.io\/version: )"[^"]*"/\1"$(VERSION)"/' kustomize/base/kustomization.yaml kustomize/components/peer-discovery-sidecar/kustomization.yaml
+	sed -i -E 's/(newTag: )"[^"]*"/\1"$(VERSION)"/; s/(app.kubernetes.io\/version: )"[^"]*"/\1"$(VERSION)"/' kustomize/base/kustomization.yaml kustomize/components/peer-discovery-sidecar/kustomization.yaml kustomize/overlays/sidecar/kustomization.yaml
 	$(MAKE) docs
 
 .PHONY: lint

@@ -363,3 +363,86 @@ func TestSnapshotStaysOrderedThroughEdits(t *testing.T) {
 		}
 	}
 }
+
+// TestFollowerEndsWithTheStoresSet: a follower that is sometimes slow (so it takes
+// a few logged changes at once, or falls behind the log and compares the whole set)
+// always ends with exactly the store's set, after any sequence of changes.
+func TestFollowerEndsWithTheStoresSet(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	store := peers.NewMemoryPeerStore()
+	follower := &slowStore{MemoryPeerStore: peers.NewMemoryPeerStore(), rnd: rand.New(rand.NewPCG(5, 6))}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go store.Follow(ctx, follower)
+	for round := range 20 {
+		for range 1 + rnd.IntN(150) { // sometimes more than the store logs
+			q := peers.PeerMetadata{Namespace: "ns", Name: fmt.Sprintf("epp-%d", rnd.IntN(50)), Address: fmt.Sprintf("10.0.0.%d", rnd.IntN(5)), Port: 9005}
+			if rnd.IntN(3) == 0 {
+				store.DeletePeer(q.ID())
+			} else {
+				store.UpsertPeer(q)
+			}
+		}
+		want := store.Peers()
+		for deadline := time.Now().Add(5 * time.Second); !slices.Equal(follower.Peers(), want); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the follower holds %v, the store %v", round, follower.Peers(), want)
+			}
+		}
+	}
+}
+
+// slowStore is a notifier that sometimes takes its time.
+type slowStore struct {
+	*peers.MemoryPeerStore
+	mu  sync.Mutex
+	rnd *rand.Rand
+}
+
+func (s *slowStore) ApplyPeerChange(c peers.Change) {
+	s.mu.Lock()
+	slow := s.rnd.IntN(4) == 0
+	s.mu.Unlock()
+	if slow {
+		time.Sleep(time.Millisecond)
+	}
+	s.MemoryPeerStore.ApplyPeerChange(c)
+}
+
+// BenchmarkFollowOneChange: what a follower pays for one changed peer in a set of
+// 10,000 (the store's log), beside comparing the whole set (what Follow did before).
+func BenchmarkFollowOneChange(b *testing.B) {
+	const n = 10000
+	set := make([]peers.PeerMetadata, n)
+	for i := range set {
+		set[i] = peers.PeerMetadata{Namespace: "ns", Name: fmt.Sprintf("epp-%05d", i), Address: "10.0.0.1", Port: 9005}
+	}
+	b.Run("follow", func(b *testing.B) {
+		store := peers.NewMemoryPeerStore()
+		store.ApplyPeerChange(peers.Change{Upserts: set})
+		follower := &countingNotifier{applied: make(chan struct{}, 1)}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go store.FollowFrom(ctx, follower, store.Snapshot())
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			store.UpsertPeer(peers.PeerMetadata{Namespace: "ns", Name: "epp-00001", Address: "10.0.0.1", Port: int32(10000 + i%2)})
+			<-follower.applied
+		}
+	})
+	b.Run("whole-set-diff", func(b *testing.B) {
+		cur := slices.Clone(set)
+		b.ReportAllocs()
+		for i := 0; b.Loop(); i++ {
+			old := cur
+			cur = slices.Clone(cur)
+			cur[1].Port = int32(10000 + i%2)
+			_ = peers.Diff(old, cur)
+		}
+	})
+}
+
+type countingNotifier struct{ applied chan struct{} }
+
+func (c *countingNotifier) UpsertPeer(peers.PeerMetadata) { c.applied <- struct{}{} }
+func (c *countingNotifier) DeletePeer(string)             { c.applied <- struct{}{} }

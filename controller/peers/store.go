@@ -33,8 +33,19 @@ type MemoryPeerStore struct {
 	sorted    []PeerMetadata // the peers of version sortedAt, ordered; built on demand
 	sortedAt  uint64
 	hasSorted bool
-	edits     []sortedEdit // changes since sortedAt, in order
+	edits     []sortedEdit   // changes since sortedAt, in order
+	log       []loggedChange // the last changes, one per version, oldest first
 }
+
+// loggedChange is what one version changed (only what it really changed).
+type loggedChange struct {
+	version uint64
+	change  Change
+}
+
+// maxLoggedChanges bounds the changes a follower takes one version at a time; one
+// that falls further behind compares the whole set once instead.
+const maxLoggedChanges = 64
 
 // sortedEdit is one change of one peer since the ordered view was built.
 type sortedEdit struct {
@@ -82,11 +93,11 @@ func (s *MemoryPeerStore) DeletePeer(id string) {
 func (s *MemoryPeerStore) ApplyPeerChange(c Change) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	modified := false
+	var eff Change
 	for _, id := range c.Deletes {
 		if prev, ok := s.peers[id]; ok {
 			delete(s.peers, id)
-			modified = true
+			eff.Deletes = append(eff.Deletes, id)
 			s.noteEdit(prev, true)
 		}
 	}
@@ -94,14 +105,18 @@ func (s *MemoryPeerStore) ApplyPeerChange(c Change) {
 		id := p.ID()
 		if prev, ok := s.peers[id]; !ok || prev != p {
 			s.peers[id] = p
-			modified = true
+			eff.Upserts = append(eff.Upserts, p)
 			s.noteEdit(p, false)
 		}
 	}
-	if !modified {
+	if eff.Empty() {
 		return
 	}
 	s.version++
+	if len(s.log) == maxLoggedChanges {
+		s.log = slices.Delete(s.log, 0, 1)
+	}
+	s.log = append(s.log, loggedChange{version: s.version, change: eff})
 	s.updated = s.now()
 	close(s.changed)
 	s.changed = make(chan struct{})
@@ -185,16 +200,114 @@ func (s *MemoryPeerStore) Follow(ctx context.Context, n PeerNotifier) {
 }
 
 // FollowFrom is Follow for a notifier that already holds the snapshot delivered: it
-// sends only what changed after it.
+// sends only what changed after it. Each round costs what changed, not the size of
+// the set: the store keeps its last changes, and a follower that fell further behind
+// than those compares the whole set once.
 func (s *MemoryPeerStore) FollowFrom(ctx context.Context, n PeerNotifier, delivered Snapshot) {
+	held := make(map[string]PeerMetadata, len(delivered.Peers))
+	for _, p := range delivered.Peers {
+		held[p.ID()] = p
+	}
+	version := delivered.Version
 	for {
-		snap, err := s.WaitForChange(ctx, delivered.Version)
-		if err != nil {
+		if err := s.waitVersion(ctx, version); err != nil {
 			return
 		}
-		Diff(delivered.Peers, snap.Peers).Apply(n)
-		delivered = snap
+		c, v, ok := s.changesSince(version, held)
+		if !ok {
+			snap := s.Snapshot()
+			c, v = diffHeld(held, snap.Peers), snap.Version
+		}
+		for _, id := range c.Deletes {
+			delete(held, id)
+		}
+		for _, p := range c.Upserts {
+			held[p.ID()] = p
+		}
+		if !c.Empty() {
+			c.Apply(n)
+		}
+		version = v
 	}
+}
+
+// waitVersion blocks until the version is greater than after, or ctx ends.
+func (s *MemoryPeerStore) waitVersion(ctx context.Context, after uint64) error {
+	for {
+		s.mu.Lock()
+		if s.version > after {
+			s.mu.Unlock()
+			return nil
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// changesSince returns the net change from version after to the current one against
+// held (what the follower holds), and the current version; false when the log no
+// longer reaches back to after.
+func (s *MemoryPeerStore) changesSince(after uint64, held map[string]PeerMetadata) (Change, uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.log) == 0 || s.log[0].version > after+1 {
+		return Change{}, 0, false
+	}
+	type final struct {
+		p       PeerMetadata
+		present bool
+	}
+	last := map[string]final{}
+	for _, l := range s.log {
+		if l.version <= after {
+			continue
+		}
+		for _, id := range l.change.Deletes {
+			last[id] = final{}
+		}
+		for _, p := range l.change.Upserts {
+			last[p.ID()] = final{p: p, present: true}
+		}
+	}
+	var c Change
+	for id, f := range last {
+		prev, had := held[id]
+		switch {
+		case !f.present && had:
+			c.Deletes = append(c.Deletes, id)
+		case f.present && (!had || prev != f.p):
+			c.Upserts = append(c.Upserts, f.p)
+		}
+	}
+	SortByID(c.Upserts)
+	slices.Sort(c.Deletes)
+	return c, s.version, true
+}
+
+// diffHeld is Diff from a follower's map to the set cur.
+func diffHeld(held map[string]PeerMetadata, cur []PeerMetadata) Change {
+	var c Change
+	seen := make(map[string]bool, len(cur))
+	for _, p := range cur {
+		id := p.ID()
+		seen[id] = true
+		if prev, ok := held[id]; !ok || prev != p {
+			c.Upserts = append(c.Upserts, p)
+		}
+	}
+	for id := range held {
+		if !seen[id] {
+			c.Deletes = append(c.Deletes, id)
+		}
+	}
+	SortByID(c.Upserts)
+	slices.Sort(c.Deletes)
+	return c
 }
 
 // WaitForChange blocks until the store's version is greater than after, then returns
