@@ -253,7 +253,7 @@ func findService(docs []object, w *workload, name string) (*service, error) {
 		}
 		names = append(names, s.name)
 	}
-	return nil, fmt.Errorf("Services %s all select the EPP's pods: name the peer Service with --service", strings.Join(names, ", "))
+	return nil, fmt.Errorf("the Services %s all select the EPP's pods: name the peer Service with --service", strings.Join(names, ", "))
 }
 
 // addPlugin adds the plugin to the configuration the EPP reads, and returns the

@@ -83,7 +83,7 @@ func DNSFactory(name string, params *json.Decoder, _ fwkplugin.Handle) (fwkplugi
 			return nil, fmt.Errorf("invalid server=%q: want an IP address and port, e.g. 10.96.0.10:53", p.Server)
 		}
 	}
-	if err := p.Extras.resolve(); err != nil {
+	if err := p.resolve(); err != nil {
 		return nil, err
 	}
 	if p.Namespace == "" {

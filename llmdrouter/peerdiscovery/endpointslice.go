@@ -69,7 +69,7 @@ func EndpointSliceFactory(name string, params *json.Decoder, _ fwkplugin.Handle)
 	if err != nil {
 		return nil, err
 	}
-	if err := p.Extras.resolve(); err != nil {
+	if err := p.resolve(); err != nil {
 		return nil, err
 	}
 	log := logger(EndpointSliceType, name)
