@@ -6,12 +6,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 )
+
+// unreachableGauge matches the gauge's line, whatever its discovery label.
+var unreachableGauge = regexp.MustCompile(`^epp_peer_discovery_unreachable_peers\{[^}]*\} (\S+)$`)
 
 // TestBinaryProbesPeers: three replicas on 127.0.0.1 list each other in a peers
 // file, each on its own peer-sync port; replicas b and c answer there
@@ -84,8 +88,8 @@ func TestBinaryProbesPeers(t *testing.T) {
 		}
 		_, m := get(t, a, "/metrics")
 		for _, line := range strings.Split(m, "\n") {
-			if v, ok := strings.CutPrefix(line, `epp_peer_discovery_unreachable_peers{discovery="endpointslice"} `); ok {
-				parts = append(parts, "gauge="+v)
+			if m := unreachableGauge.FindStringSubmatch(line); m != nil {
+				parts = append(parts, "gauge="+m[1])
 			}
 		}
 		return strings.Join(parts, " ")
