@@ -158,9 +158,26 @@ func (v *kindViewer) views(ctx context.Context, t *testing.T, live []corev1.Pod,
 			continue
 		}
 		doc, err := peerview.Fetch(ctx, addr)
+		if err != nil {
+			// A pod that is running but not listening yet (a standby of leader
+			// election is a member before it is ready) breaks the forward opened too
+			// early: open a new one next time.
+			v.drop(&p, port)
+		}
 		out[p.Name] = peerview.View{Doc: doc, Err: err}
 	}
 	return out
+}
+
+// drop closes and forgets the forward to port of pod p.
+func (v *kindViewer) drop(p *corev1.Pod, port int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	key := fmt.Sprintf("%s:%d", p.UID, port)
+	if tun, ok := v.tunnels[key]; ok {
+		tun.Close()
+		delete(v.tunnels, key)
+	}
 }
 
 func (v *kindViewer) metrics(ctx context.Context, t *testing.T, live []corev1.Pod, container string) []string {
@@ -172,6 +189,8 @@ func (v *kindViewer) metrics(ctx context.Context, t *testing.T, live []corev1.Po
 		if addr, err := v.endpoint(t, &p, metricsPort(container)); err == nil {
 			if text, err := peerview.FetchMetrics(ctx, addr); err == nil {
 				out = append(out, text)
+			} else {
+				v.drop(&p, metricsPort(container))
 			}
 		}
 	}

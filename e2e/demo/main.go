@@ -144,7 +144,7 @@ func (d *demo) watch(ctx context.Context, timeout time.Duration) error {
 		views := d.rt.Views(ctx, s.Live)
 		table := peerview.Table(s, views)
 		if table != last {
-			fmt.Printf("   [%s] %d desired, %d live, %d starting/terminating\n%s", time.Now().Format("15:04:05.000"), s.Desired, len(s.Live), s.Others, table)
+			fmt.Printf("   [%s] %d desired, %d live, %d starting, %d terminating\n%s", time.Now().Format("15:04:05.000"), s.Desired, len(s.Live), s.Others, s.Terminating, table)
 			last = table
 		}
 		if s.Settled() && peerview.Diff(s.Expected(9005), views) == "" {

@@ -51,8 +51,9 @@ type State struct {
 	// Live are the ready pods (Alive ones with ReadMembers(..., Alive)), ordered by
 	// name.
 	Live []corev1.Pod
-	// Others counts pods that exist but are not live (starting or terminating).
-	Others int
+	// Others counts pods that exist but are not live and not being deleted
+	// (starting); Terminating those being deleted.
+	Others, Terminating int
 }
 
 // Read lists the Deployment and its pods.
@@ -73,9 +74,12 @@ func ReadMembers(ctx context.Context, cs kubernetes.Interface, namespace, deploy
 		return s, err
 	}
 	for i := range pods.Items {
-		if member(&pods.Items[i]) {
+		switch {
+		case member(&pods.Items[i]):
 			s.Live = append(s.Live, pods.Items[i])
-		} else {
+		case pods.Items[i].DeletionTimestamp != nil:
+			s.Terminating++
+		default:
 			s.Others++
 		}
 	}
@@ -90,8 +94,10 @@ func ptrOr(p *int32, def int32) int32 {
 	return *p
 }
 
-// Settled reports whether the Deployment has exactly its desired number of pods, all
-// live.
+// Settled reports whether the Deployment has exactly its desired number of live pods
+// and none starting. Pods being deleted may still be draining (llm-d-router's EPP
+// keeps serving for 30 s after SIGTERM); they are not replicas any more, and no
+// replica may list them.
 func (s State) Settled() bool { return int(s.Desired) == len(s.Live) && s.Others == 0 }
 
 // Expected is, for each live pod, the peers it must list: "namespace/name@ip:port" of

@@ -36,7 +36,15 @@ func Leftovers(ctx context.Context, cs kubernetes.Interface, ns string) []string
 	if l, err := cs.CoreV1().Pods(ns).List(ctx, opts); err != nil {
 		count("pods", 0, err)
 	} else {
-		count("pods", len(l.Items), nil)
+		// A pod being deleted is going: it is gone when its grace period ends
+		// (llm-d-router's EPP drains for 30 s after SIGTERM).
+		n := 0
+		for _, p := range l.Items {
+			if p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+		count("pods", n, nil)
 	}
 	if l, err := cs.CoreV1().Services(ns).List(ctx, opts); err != nil {
 		count("services", 0, err)
