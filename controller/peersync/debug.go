@@ -1,0 +1,204 @@
+package peersync
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Document is the syncer's state as /debug/peer-sync serves it: the membership with
+// each peer's connection, and per key and endpoint the values that count, each with
+// its replica and age, and their aggregate where one is known (SetAggregate).
+type Document struct {
+	Self     string       `json:"self"`
+	Interval string       `json:"interval"`
+	TTL      string       `json:"ttl"`
+	Peers    []PeerStatus `json:"peers"`
+	Keys     []KeyView    `json:"keys"`
+}
+
+// PeerStatus is one peer of the membership.
+type PeerStatus struct {
+	ID      string `json:"id"`
+	Address string `json:"address"`
+	Port    int32  `json:"port"`
+	// InSync: the peer's values count (a full state received, a message within the TTL).
+	InSync bool `json:"inSync"`
+	// Inbound: the peer is connected to this replica.
+	Inbound bool `json:"inbound"`
+	// LastMessageSeconds is the age of the last message from the peer.
+	LastMessageSeconds *float64 `json:"lastMessageSeconds,omitempty"`
+	// Entries the peer has defined on its connection.
+	Entries int64 `json:"entries"`
+	// Outbound is this replica's connection to the peer: "in-sync", "connecting" or
+	// "down" (with OutboundError).
+	Outbound      string `json:"outbound"`
+	OutboundError string `json:"outboundError,omitempty"`
+}
+
+// KeyView is one state key.
+type KeyView struct {
+	Key       string         `json:"key"`
+	Endpoints []EndpointView `json:"endpoints"`
+}
+
+// EndpointView is one endpoint of a key.
+type EndpointView struct {
+	Endpoint  string          `json:"endpoint"`
+	Aggregate json.RawMessage `json:"aggregate,omitempty"`
+	Values    []ReplicaValue  `json:"values"`
+}
+
+// ReplicaValue is one replica's value: "self" or the peer's ID.
+type ReplicaValue struct {
+	Replica    string          `json:"replica"`
+	Value      json.RawMessage `json:"value"`
+	AgeSeconds float64         `json:"ageSeconds"`
+}
+
+// SetAggregate records the aggregate of key's values, for the document only (Get
+// takes its own).
+func (s *Syncer) SetAggregate(key string, aggregate func([]any) any) {
+	s.aggregates.Store(key, aggregate)
+}
+
+func (s *Syncer) aggregateOf(key string) func([]any) any {
+	f, ok := s.aggregates.Load(key)
+	if !ok {
+		return nil
+	}
+	return f.(func([]any) any)
+}
+
+// Document returns the document, limited to keys and endpoints with these prefixes
+// when they are not empty.
+func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
+	now := s.o.now()
+	doc := Document{Self: s.hello.ID(), Interval: s.o.Interval.String(), TTL: s.o.TTL.String(), Peers: []PeerStatus{}, Keys: []KeyView{}}
+	s.mu.Lock()
+	names := map[int]string{}
+	for _, rec := range s.peers {
+		ps := PeerStatus{ID: rec.id, Address: rec.meta.Address, Port: rec.meta.Port, InSync: rec.valid.Load() != 0,
+			Inbound: rec.in != nil, Entries: rec.entries.Load(), Outbound: "down"}
+		if t := rec.lastHeard.Load(); t != 0 {
+			age := now.Sub(time.Unix(0, t)).Seconds()
+			ps.LastMessageSeconds = &age
+		}
+		if o := rec.out; o != nil {
+			switch phase(o.state.Load()) {
+			case phaseInSync:
+				ps.Outbound = "in-sync"
+			case phaseNeedFull:
+				ps.Outbound = "connecting"
+			}
+			if e := o.lastError.Load(); e != nil && ps.Outbound != "in-sync" {
+				ps.OutboundError = *e
+			}
+		}
+		doc.Peers = append(doc.Peers, ps)
+		names[rec.idx] = rec.id
+	}
+	s.mu.Unlock()
+	slices.SortFunc(doc.Peers, func(a, b PeerStatus) int { return strings.Compare(a.ID, b.ID) })
+
+	ms := *s.members.Load()
+	keys := *s.keys.Load()
+	for _, name := range sortedKeys(keys) {
+		if !strings.HasPrefix(name, keyPrefix) {
+			continue
+		}
+		k := keys[name]
+		lc := k.codec.Load()
+		kv := KeyView{Key: name, Endpoints: []EndpointView{}}
+		var eps []string
+		k.slots.Range(func(ep, _ any) bool {
+			if strings.HasPrefix(ep.(string), endpointPrefix) {
+				eps = append(eps, ep.(string))
+			}
+			return true
+		})
+		slices.Sort(eps)
+		agg := s.aggregateOf(name)
+		for _, ep := range eps {
+			v, ok := k.slots.Load(ep)
+			if !ok {
+				continue
+			}
+			sl := v.(*slot)
+			ev := EndpointView{Endpoint: ep, Values: []ReplicaValue{}}
+			var counted []any
+			if b := sl.local.Load(); b != nil {
+				ev.Values = append(ev.Values, ReplicaValue{Replica: "self", Value: marshal(b.v), AgeSeconds: now.Sub(b.at).Seconds()})
+				counted = append(counted, b.v)
+			}
+			arr := *sl.vals.Load()
+			for _, m := range ms {
+				if m.idx >= len(arr) {
+					continue
+				}
+				pv := arr[m.idx].Load()
+				if pv == nil || pv.gen != m.gen {
+					continue
+				}
+				rv := ReplicaValue{Replica: names[m.idx], AgeSeconds: now.Sub(time.Unix(0, pv.at)).Seconds()}
+				var d any
+				if lc != nil {
+					d = pv.value(lc)
+				}
+				if d != nil {
+					rv.Value = marshal(d)
+					counted = append(counted, d)
+				} else {
+					// Not decodable as a local value (none set here yet): the peer's bytes.
+					rv.Value = marshal(map[string]any{"undecoded": pv.raw})
+				}
+				ev.Values = append(ev.Values, rv)
+			}
+			slices.SortFunc(ev.Values, func(a, b ReplicaValue) int { return strings.Compare(a.Replica, b.Replica) })
+			if agg != nil && len(counted) > 0 {
+				ev.Aggregate = marshal(agg(counted))
+			}
+			kv.Endpoints = append(kv.Endpoints, ev)
+		}
+		doc.Keys = append(doc.Keys, kv)
+	}
+	return doc
+}
+
+func sortedKeys(m map[string]*keyState) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func marshal(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"error": err.Error()})
+	}
+	return b
+}
+
+// ServeHTTP serves the document as JSON; the query parameters key and endpoint
+// limit it to keys and endpoints with those prefixes.
+func (s *Syncer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	b := s.JSON(r.URL.Query().Get("key"), r.URL.Query().Get("endpoint"))
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(b)
+}
+
+// JSON is the document as served.
+func (s *Syncer) JSON(keyPrefix, endpointPrefix string) []byte {
+	b, _ := json.Marshal(s.Document(keyPrefix, endpointPrefix))
+	return append(b, '\n')
+}

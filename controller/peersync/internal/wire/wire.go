@@ -1,0 +1,359 @@
+package wire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// The wire format, over one TCP connection (TLS optional) from the replica that
+// pushes to the peer that listens:
+//
+//	listener → dialer: the banner line "epp-peer-discovery <namespace>/<name>\n"
+//	dialer → listener: the Preface "EPPSYNC1", then frames
+//	frame:   uvarint length, then that many bytes: a type byte and its body
+//	Hello:   version, namespace, name, start (unix ns), nonce (8 bytes)
+//	State:   flags (1 = full), seq, then four sections, each a uvarint count:
+//	         keys    {index, name, Codec, Field count, {name, kind}}
+//	         entries {index, key index, endpoint}
+//	         values  {index delta, length, bytes}   ascending index
+//	         deletes {index delta}                  ascending index
+//
+// Indexes are the pusher's, for the life of its process: a key or an entry (a key
+// and an endpoint) is defined once per connection, in the full State that starts it
+// or in the first delta after it appears, and referred to by index afterwards. A
+// full State carries every live key, entry and value; a delta only what changed
+// since the last frame, and an empty delta is the heartbeat. Frames are sent once
+// per interval; TCP keeps them in order, and a connection that loses one is closed
+// and starts again with a full State.
+const (
+	Preface      = "EPPSYNC1"
+	BannerPrefix = "epp-peer-discovery "
+	Version      = 1
+
+	frameHello byte = 1
+	frameState byte = 2
+
+	flagFull byte = 1
+)
+
+var ErrMalformed = errors.New("malformed frame")
+
+// encoder appends the wire's primitives to a byte slice.
+type encoder struct{ b []byte }
+
+func (e *encoder) byte(x byte)      { e.b = append(e.b, x) }
+func (e *encoder) uvarint(x uint64) { e.b = binary.AppendUvarint(e.b, x) }
+func (e *encoder) string(s string) {
+	e.uvarint(uint64(len(s)))
+	e.b = append(e.b, s...)
+}
+func (e *encoder) bytes(p []byte) {
+	e.uvarint(uint64(len(p)))
+	e.b = append(e.b, p...)
+}
+
+// frame wraps the body built by fill in a frame (length first).
+func frame(dst []byte, fill func(e *encoder)) []byte {
+	e := encoder{b: make([]byte, 0, 64)}
+	fill(&e)
+	dst = binary.AppendUvarint(dst, uint64(len(e.b)))
+	return append(dst, e.b...)
+}
+
+// decoder reads the wire's primitives; the first error sticks and later reads
+// return zero values.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = ErrMalformed
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	x := d.b[0]
+	d.b = d.b[1:]
+	return x
+}
+
+func (d *decoder) uvarint() uint64 {
+	x, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return x
+}
+
+// count reads a section's length, which can be no greater than the bytes left
+// (every item takes at least one), so that a hostile count allocates nothing.
+func (d *decoder) count() int {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return 0
+	}
+	return int(n)
+}
+
+// bytes returns the next length-prefixed bytes, a subslice of the frame.
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	p := d.b[:n:n]
+	d.b = d.b[n:]
+	return p
+}
+
+func (d *decoder) string() string { return string(d.bytes()) }
+
+func (d *decoder) fixed64() uint64 {
+	if len(d.b) < 8 {
+		d.fail()
+		return 0
+	}
+	x := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return x
+}
+
+// Hello opens a connection: who pushes, and which run of its process.
+type Hello struct {
+	Version   uint64
+	Namespace string
+	Name      string
+	Start     uint64 // the process's start, unix nanoseconds: a later start is a newer incarnation
+	Nonce     uint64 // random per process, for two starts in one nanosecond
+}
+
+func (h Hello) ID() string { return h.Namespace + "/" + h.Name }
+
+func AppendHello(dst []byte, h Hello) []byte {
+	return frame(dst, func(e *encoder) {
+		e.byte(frameHello)
+		e.uvarint(h.Version)
+		e.string(h.Namespace)
+		e.string(h.Name)
+		e.uvarint(h.Start)
+		e.b = binary.LittleEndian.AppendUint64(e.b, h.Nonce)
+	})
+}
+
+func ParseHello(body []byte) (Hello, error) {
+	d := decoder{b: body}
+	if d.byte() != frameHello {
+		return Hello{}, fmt.Errorf("%w: want Hello first", ErrMalformed)
+	}
+	h := Hello{Version: d.uvarint(), Namespace: d.string(), Name: d.string(), Start: d.uvarint(), Nonce: d.fixed64()}
+	if d.err != nil {
+		return Hello{}, d.err
+	}
+	if h.Version != Version {
+		return Hello{}, fmt.Errorf("%w: wire version %d, this replica speaks %d", ErrMalformed, h.Version, Version)
+	}
+	if h.Name == "" {
+		return Hello{}, fmt.Errorf("%w: Hello without a name", ErrMalformed)
+	}
+	return h, nil
+}
+
+// State is a decoded State frame. Values and deletes refer to entries by index;
+// the bytes of values are subslices of the frame.
+type State struct {
+	Full    bool
+	Seq     uint64
+	Keys    []KeyDef
+	Entries []EntryDef
+	Values  []ValueDef
+	Deletes []uint64
+}
+
+type KeyDef struct {
+	Index  uint64
+	Name   string
+	Codec  byte
+	Fields []Field
+}
+
+type EntryDef struct {
+	Index    uint64
+	Key      uint64
+	Endpoint string
+}
+
+type ValueDef struct {
+	Entry uint64
+	Data  []byte
+}
+
+// Limits bound what a peer can make this replica hold or decode.
+type Limits struct {
+	MaxValueBytes int
+	MaxNameBytes  int
+}
+
+// ErrValueTooLarge marks a State frame that carried values over the limit; the
+// rest of the frame was decoded (those values are left out).
+var ErrValueTooLarge = errors.New("value over the size limit")
+
+func ParseState(body []byte, lim Limits) (State, int, error) {
+	d := decoder{b: body}
+	if d.byte() != frameState {
+		return State{}, 0, ErrMalformed
+	}
+	var s State
+	s.Full = d.byte()&flagFull != 0
+	s.Seq = d.uvarint()
+	name := func() string {
+		b := d.bytes()
+		if len(b) > lim.MaxNameBytes {
+			d.fail()
+			return ""
+		}
+		return string(b)
+	}
+	n := d.count()
+	s.Keys = make([]KeyDef, 0, n)
+	for range n {
+		k := KeyDef{Index: d.uvarint(), Name: name(), Codec: d.byte()}
+		nf := d.count()
+		if nf > 0 {
+			k.Fields = make([]Field, 0, nf)
+		}
+		for range nf {
+			k.Fields = append(k.Fields, Field{Name: name(), Kind: d.byte()})
+		}
+		if k.Codec != CodecFields && k.Codec != CodecBinary && k.Codec != CodecJSON {
+			d.fail()
+		}
+		s.Keys = append(s.Keys, k)
+	}
+	n = d.count()
+	s.Entries = make([]EntryDef, 0, n)
+	for range n {
+		s.Entries = append(s.Entries, EntryDef{Index: d.uvarint(), Key: d.uvarint(), Endpoint: name()})
+	}
+	n = d.count()
+	s.Values = make([]ValueDef, 0, n)
+	var idx uint64
+	tooLarge := 0
+	for i := range n {
+		delta := d.uvarint()
+		if i > 0 && delta == 0 {
+			d.fail() // ascending, each entry once
+		}
+		idx += delta
+		data := d.bytes()
+		if len(data) > lim.MaxValueBytes {
+			tooLarge++
+			continue
+		}
+		s.Values = append(s.Values, ValueDef{Entry: idx, Data: data})
+	}
+	n = d.count()
+	s.Deletes = make([]uint64, 0, n)
+	idx = 0
+	for i := range n {
+		delta := d.uvarint()
+		if i > 0 && delta == 0 {
+			d.fail()
+		}
+		idx += delta
+		s.Deletes = append(s.Deletes, idx)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail() // trailing bytes
+	}
+	if d.err != nil {
+		return State{}, 0, d.err
+	}
+	if tooLarge > 0 {
+		return s, tooLarge, ErrValueTooLarge
+	}
+	return s, 0, nil
+}
+
+// AppendState encodes s as a frame. Values and deletes must be in ascending entry
+// order.
+func AppendState(dst []byte, s *State) []byte {
+	return frame(dst, func(e *encoder) {
+		e.byte(frameState)
+		var flags byte
+		if s.Full {
+			flags |= flagFull
+		}
+		e.byte(flags)
+		e.uvarint(s.Seq)
+		e.uvarint(uint64(len(s.Keys)))
+		for _, k := range s.Keys {
+			e.uvarint(k.Index)
+			e.string(k.Name)
+			e.byte(k.Codec)
+			e.uvarint(uint64(len(k.Fields)))
+			for _, f := range k.Fields {
+				e.string(f.Name)
+				e.byte(f.Kind)
+			}
+		}
+		e.uvarint(uint64(len(s.Entries)))
+		for _, en := range s.Entries {
+			e.uvarint(en.Index)
+			e.uvarint(en.Key)
+			e.string(en.Endpoint)
+		}
+		e.uvarint(uint64(len(s.Values)))
+		var last uint64
+		for _, v := range s.Values {
+			e.uvarint(v.Entry - last)
+			last = v.Entry
+			e.bytes(v.Data)
+		}
+		e.uvarint(uint64(len(s.Deletes)))
+		last = 0
+		for _, idx := range s.Deletes {
+			e.uvarint(idx - last)
+			last = idx
+		}
+	})
+}
+
+// ErrFrameTooLarge is a frame whose length is over the limit: the connection ends
+// before it is read.
+var ErrFrameTooLarge = errors.New("frame over the size limit")
+
+// ReadFrame reads one frame's body (at most max bytes).
+func ReadFrame(r *bufio.Reader, max int) ([]byte, error) {
+	n, err := binary.ReadUvarint(r)
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.EOF
+		}
+		return nil, fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	if n > uint64(max) {
+		return nil, fmt.Errorf("%w: %d bytes, the limit is %d", ErrFrameTooLarge, n, max)
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: empty frame", ErrMalformed)
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, err
+	}
+	return body, nil
+}

@@ -1,0 +1,134 @@
+package peersync
+
+import (
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+)
+
+// Label is the label of every metric that names the syncer instance (the plugin's
+// name in an EPP).
+const Label = "syncer"
+
+var (
+	pushSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "epp_peer_sync_push_duration_seconds",
+		Help:    "Time from building an interval's message to having written it to a peer's connection.",
+		Buckets: prometheus.ExponentialBuckets(0.00005, 4, 9),
+	}, []string{Label})
+	sentBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_sent_bytes_total",
+		Help: "Bytes of state messages written to peers.",
+	}, []string{Label})
+	receivedBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_received_bytes_total",
+		Help: "Bytes of messages read from peers.",
+	}, []string{Label})
+	sentMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_sent_messages_total",
+		Help: "State messages written to peers (one per peer per interval).",
+	}, []string{Label})
+	receivedMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_received_messages_total",
+		Help: "State messages read from peers.",
+	}, []string{Label})
+	fullStates = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_full_states_total",
+		Help: "Full states written to peers (a new connection, or a peer too slow for the deltas).",
+	}, []string{Label})
+	rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_rejections_total",
+		Help: "Connections and messages refused, by reason: unknown-source, identity, stale-incarnation, preface, tls, oversized, value-too-large (per value), malformed, too-many-entries.",
+	}, []string{Label, "reason"})
+	connectErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_push_errors_total",
+		Help: "Failures to connect or write to a peer, by reason: refused, timeout, reset, tls, banner, wrong-peer, other.",
+	}, []string{Label, "reason"})
+	dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_slow_peer_restarts_total",
+		Help: "Times a peer fell so far behind that its connection started again from a full state.",
+	}, []string{Label})
+	peersGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_peer_sync_peers",
+		Help: "Peers in the membership (the discovered peer set).",
+	}, []string{Label})
+	inSync = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_peer_sync_peers_in_sync",
+		Help: "Peers whose values count: a full state received, and a message within the TTL.",
+	}, []string{Label})
+	expired = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_values_expired_total",
+		Help: "Peers' values that stopped counting, by cause: ttl (the peer was silent), removed (discovery removed it), replaced (a new connection's full state), closed (its connection ended and none came back within the TTL).",
+	}, []string{Label, "cause"})
+	unsendable = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_unsendable_values_total",
+		Help: "Local values not sent because they could not be encoded or were over maxValueBytes.",
+	}, []string{Label})
+)
+
+func init() {
+	ctrlmetrics.Registry.MustRegister(pushSeconds, sentBytes, receivedBytes, sentMessages, receivedMessages, fullStates,
+		rejections, connectErrors, dropped, peersGauge, inSync, expired, unsendable)
+}
+
+// instanceMetrics are one syncer's metrics.
+type instanceMetrics struct {
+	pushSeconds      prometheus.Observer
+	sentBytes        prometheus.Counter
+	receivedBytes    prometheus.Counter
+	sentMessages     prometheus.Counter
+	receivedMessages prometheus.Counter
+	fullStates       prometheus.Counter
+	rejections       *prometheus.CounterVec
+	connectErrors    *prometheus.CounterVec
+	dropped          prometheus.Counter
+	peers            prometheus.Gauge
+	inSync           prometheus.Gauge
+	expired          *prometheus.CounterVec
+	unsendable       prometheus.Counter
+
+	mu     sync.Mutex
+	logged map[string]time.Time
+}
+
+func metricsFor(instance string) *instanceMetrics {
+	l := prometheus.Labels{Label: instance}
+	m := &instanceMetrics{
+		pushSeconds:      pushSeconds.With(l),
+		sentBytes:        sentBytes.With(l),
+		receivedBytes:    receivedBytes.With(l),
+		sentMessages:     sentMessages.With(l),
+		receivedMessages: receivedMessages.With(l),
+		fullStates:       fullStates.With(l),
+		rejections:       rejections.MustCurryWith(l),
+		connectErrors:    connectErrors.MustCurryWith(l),
+		dropped:          dropped.With(l),
+		peers:            peersGauge.With(l),
+		inSync:           inSync.With(l),
+		expired:          expired.MustCurryWith(l),
+		unsendable:       unsendable.With(l),
+		logged:           map[string]time.Time{},
+	}
+	for _, r := range []string{RejectUnknownSource, RejectIdentity, RejectStaleIncarnation, RejectPreface, RejectTLS,
+		RejectOversized, RejectValueTooLarge, RejectMalformed, RejectTooManyEntries} {
+		m.rejections.WithLabelValues(r)
+	}
+	for _, c := range []string{causeTTL, causeRemoved, causeReplaced, causeClosed} {
+		m.expired.WithLabelValues(c)
+	}
+	return m
+}
+
+// rateLimit reports whether a log line of this kind may be written now (one a
+// second).
+func (m *instanceMetrics) rateLimit(kind string, now time.Time) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if now.Sub(m.logged[kind]) < time.Second {
+		return false
+	}
+	m.logged[kind] = now
+	return true
+}

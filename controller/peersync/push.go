@@ -1,0 +1,399 @@
+package peersync
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
+	"io"
+	"math/rand/v2"
+	"net"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+)
+
+// localEntry is what the push loop knows of one (key, endpoint) this replica set.
+type localEntry struct {
+	index    uint64
+	key      *keyState
+	endpoint string
+	slot     *slot
+	deleted  atomic.Bool
+
+	// The push loop's own.
+	defined   bool
+	lastBox   *localBox
+	lastBytes []byte
+}
+
+// pushState is the push loop's: the keys and entries defined on the wire, in index
+// order.
+type pushState struct {
+	seq       uint64
+	keys      []*keyState
+	live      []*localEntry
+	scratch   []byte
+	tooLarge  map[string]bool // keys whose oversized values were logged
+	lastSweep time.Time
+}
+
+// sweepEvery is how often slots that hold nothing are removed.
+const sweepEvery = 10 * time.Second
+
+// pushLoop pushes once per interval until ctx ends.
+func (s *Syncer) pushLoop(ctx context.Context) {
+	t := time.NewTicker(s.o.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.tick()
+		}
+	}
+}
+
+// tick builds this interval's delta once, and a full state if a connection needs
+// one, and hands them to every connection.
+func (s *Syncer) tick() {
+	now := s.o.now()
+	p := &s.push
+	s.mu.Lock()
+	added, deleted := s.pendingNew, s.pendingDel
+	s.pendingNew, s.pendingDel = nil, nil
+	outs := s.outStreams()
+	s.mu.Unlock()
+
+	p.seq++
+	delta := wire.State{Seq: p.seq}
+	for _, e := range added {
+		if e.deleted.Load() {
+			continue
+		}
+		if !e.key.defined {
+			e.key.defined = true
+			e.key.index = uint64(len(p.keys)) + 1
+			p.keys = append(p.keys, e.key)
+			delta.Keys = append(delta.Keys, keyDefOf(e.key))
+		}
+		e.defined = true
+		p.live = append(p.live, e)
+		delta.Entries = append(delta.Entries, wire.EntryDef{Index: e.index, Key: e.key.index, Endpoint: e.endpoint})
+	}
+	if len(deleted) > 0 {
+		for _, e := range deleted {
+			if e.defined {
+				delta.Deletes = append(delta.Deletes, e.index)
+			}
+		}
+		slices.Sort(delta.Deletes)
+		delta.Deletes = slices.Compact(delta.Deletes)
+		p.live = slices.DeleteFunc(p.live, func(e *localEntry) bool { return e.deleted.Load() })
+	}
+	for _, e := range p.live {
+		b := e.slot.local.Load()
+		if b == nil || b == e.lastBox {
+			continue
+		}
+		e.lastBox = b
+		enc, err := e.key.codec.Load().Encode(p.scratch[:0], b.v)
+		p.scratch = enc[:0]
+		if err == nil && len(enc) > s.o.MaxValueBytes {
+			err = fmt.Errorf("%d bytes, over maxValueBytes %d", len(enc), s.o.MaxValueBytes)
+		}
+		if err != nil {
+			s.m.unsendable.Inc()
+			if p.tooLarge == nil {
+				p.tooLarge = map[string]bool{}
+			}
+			if !p.tooLarge[e.key.name] {
+				p.tooLarge[e.key.name] = true
+				s.log.Error(err, "a value of this key cannot be sent to peers (logged once per key)", "key", e.key.name, "endpoint", e.endpoint)
+			}
+			continue
+		}
+		if bytes.Equal(enc, e.lastBytes) {
+			continue
+		}
+		e.lastBytes = append(e.lastBytes[:0:0], enc...)
+		delta.Values = append(delta.Values, wire.ValueDef{Entry: e.index, Data: e.lastBytes})
+	}
+	deltaFrame := wire.AppendState(nil, &delta)
+	var fullFrame []byte
+	for _, o := range outs {
+		st := o.state.Load()
+		switch phase(st) {
+		case phaseNeedFull:
+			if fullFrame == nil {
+				fullFrame = s.fullState(p.seq)
+			}
+			if o.state.CompareAndSwap(st, pack(epochOf(st), phaseInSync)) {
+				o.send(outFrame{epoch: epochOf(st), data: fullFrame, built: now, full: true}, s)
+			}
+		case phaseInSync:
+			o.send(outFrame{epoch: epochOf(st), data: deltaFrame, built: now}, s)
+		}
+	}
+	if now.Sub(p.lastSweep) > sweepEvery {
+		p.lastSweep = now
+		if n := s.sweep(); n > 0 {
+			s.log.V(1).Info("swept slots that hold nothing", "slots", n)
+		}
+	}
+}
+
+func keyDefOf(k *keyState) wire.KeyDef {
+	c := k.codec.Load()
+	return wire.KeyDef{Index: k.index, Name: k.name, Codec: c.Kind, Fields: c.Fields}
+}
+
+// fullState is every live key, entry and value, as one frame.
+func (s *Syncer) fullState(seq uint64) []byte {
+	p := &s.push
+	full := wire.State{Full: true, Seq: seq}
+	for _, k := range p.keys {
+		full.Keys = append(full.Keys, keyDefOf(k))
+	}
+	for _, e := range p.live {
+		full.Entries = append(full.Entries, wire.EntryDef{Index: e.index, Key: e.key.index, Endpoint: e.endpoint})
+		if e.lastBytes != nil {
+			full.Values = append(full.Values, wire.ValueDef{Entry: e.index, Data: e.lastBytes})
+		}
+	}
+	return wire.AppendState(nil, &full)
+}
+
+// Connection phases of an outStream, packed with its epoch in one word: frames are
+// tagged with the epoch they were built for, and the writer drops any other.
+const (
+	phaseDown     uint64 = 0
+	phaseNeedFull uint64 = 1
+	phaseInSync   uint64 = 2
+)
+
+func pack(epoch, ph uint64) uint64 { return epoch<<2 | ph }
+func epochOf(st uint64) uint64     { return st >> 2 }
+func phase(st uint64) uint64       { return st & 3 }
+
+// outQueue is how many frames may wait for a slow peer before its connection
+// starts again from a full state.
+const outQueue = 4
+
+type outFrame struct {
+	epoch uint64
+	data  []byte
+	built time.Time
+	full  bool
+}
+
+// outStream pushes to one peer.
+type outStream struct {
+	peer   peers.PeerMetadata
+	ch     chan outFrame
+	state  atomic.Uint64
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	lastError atomic.Pointer[string]
+	connected atomic.Bool
+	sentAt    atomic.Int64 // unix ns of the last frame written
+}
+
+// send queues f, or, when the peer is that far behind, starts its connection again
+// from a full state (the frames queued for the old epoch are dropped).
+func (o *outStream) send(f outFrame, s *Syncer) {
+	select {
+	case o.ch <- f:
+	default:
+		s.m.dropped.Inc()
+		st := o.state.Load()
+		if epochOf(st) == f.epoch {
+			o.state.CompareAndSwap(st, pack(f.epoch+1, phaseNeedFull))
+		}
+	}
+}
+
+// run keeps a connection to the peer and writes the frames handed to it, until ctx
+// ends.
+func (o *outStream) run(ctx context.Context, s *Syncer) {
+	defer close(o.done)
+	backoff := time.Duration(0)
+	logged := ""
+	for ctx.Err() == nil {
+		if backoff > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+			}
+		}
+		conn, err := s.connect(ctx, o.peer)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			reason := connectReason(err)
+			s.m.connectErrors.WithLabelValues(reason).Inc()
+			msg := err.Error()
+			o.lastError.Store(&msg)
+			if logged != reason {
+				logged = reason
+				s.log.Info("cannot push to peer; retrying", "peer", o.peer.ID(), "address", o.peer.HostPort(), "reason", reason, "error", msg)
+			}
+			backoff = nextBackoff(backoff)
+			continue
+		}
+		if logged != "" {
+			s.log.Info("pushing to peer again", "peer", o.peer.ID())
+			logged = ""
+		}
+		o.lastError.Store(nil)
+		backoff = 0
+		if o.write(ctx, s, conn) {
+			backoff = nextBackoff(0)
+		}
+	}
+}
+
+// write writes frames to conn until it fails or ctx ends; it reports whether it
+// failed.
+func (o *outStream) write(ctx context.Context, s *Syncer, conn net.Conn) bool {
+	defer conn.Close()
+	// Drop what was queued for an earlier connection, then ask for a full state.
+	for len(o.ch) > 0 {
+		<-o.ch
+	}
+	epoch := epochOf(o.state.Load()) + 1
+	o.state.Store(pack(epoch, phaseNeedFull))
+	o.connected.Store(true)
+	defer func() {
+		o.connected.Store(false)
+		st := o.state.Load()
+		o.state.Store(pack(epochOf(st)+1, phaseDown))
+	}()
+	closed := make(chan struct{})
+	go func() {
+		// The peer never writes after its banner: EOF or an error means it closed.
+		_, _ = io.Copy(io.Discard, conn)
+		close(closed)
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-closed:
+			msg := "the peer closed the connection"
+			o.lastError.Store(&msg)
+			return true
+		case f := <-o.ch:
+			if f.epoch != epochOf(o.state.Load()) {
+				continue
+			}
+			_ = conn.SetWriteDeadline(s.o.now().Add(s.writeTTL))
+			if _, err := conn.Write(f.data); err != nil {
+				msg := err.Error()
+				o.lastError.Store(&msg)
+				s.m.connectErrors.WithLabelValues(connectReason(err)).Inc()
+				return true
+			}
+			done := s.o.now()
+			o.sentAt.Store(done.UnixNano())
+			s.m.pushSeconds.Observe(done.Sub(f.built).Seconds())
+			s.m.sentBytes.Add(float64(len(f.data)))
+			s.m.sentMessages.Inc()
+			if f.full {
+				s.m.fullStates.Inc()
+			}
+		}
+	}
+}
+
+func nextBackoff(d time.Duration) time.Duration {
+	if d == 0 {
+		return 100 * time.Millisecond
+	}
+	if d *= 2; d > 2*time.Second {
+		d = 2 * time.Second
+	}
+	return d
+}
+
+// connect dials the peer, checks its banner names it, and sends the preface and
+// hello.
+func (s *Syncer) connect(ctx context.Context, p peers.PeerMetadata) (net.Conn, error) {
+	timeout := min(time.Second, s.o.TTL)
+	d := net.Dialer{Timeout: timeout}
+	if s.o.SourceAddress != nil {
+		if ip := s.o.SourceAddress(p); ip != nil {
+			d.LocalAddr = &net.TCPAddr{IP: ip}
+		}
+	}
+	conn, err := d.DialContext(ctx, "tcp", p.HostPort())
+	if err != nil {
+		return nil, err
+	}
+	if s.o.TLS != nil {
+		cfg, err := s.o.TLS.clientConfig()
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		tc := tls.Client(conn, cfg)
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		err = tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+		conn = tc
+	}
+	_ = conn.SetDeadline(s.o.now().Add(timeout))
+	line, err := bufio.NewReaderSize(conn, 256).ReadString('\n')
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("banner: %w", err)
+	}
+	want := wire.BannerPrefix + p.ID()
+	if got := strings.TrimSuffix(line, "\n"); got != want {
+		conn.Close()
+		return nil, fmt.Errorf("%w: the replica at %s answers %q, want %q", errWrongPeer, p.HostPort(), got, want)
+	}
+	b := append([]byte(wire.Preface), wire.AppendHello(nil, s.hello)...)
+	if _, err := conn.Write(b); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, nil
+}
+
+var errWrongPeer = errors.New("wrong peer")
+
+// connectReason names a failure to push, for the metrics.
+func connectReason(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, errWrongPeer):
+		return "wrong-peer"
+	case strings.HasPrefix(err.Error(), "tls:"):
+		return "tls"
+	case strings.HasPrefix(err.Error(), "banner:"):
+		return "banner"
+	case errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case strings.Contains(err.Error(), "connection refused"):
+		return "refused"
+	case strings.Contains(err.Error(), "connection reset"), strings.Contains(err.Error(), "broken pipe"):
+		return "reset"
+	}
+	return "other"
+}

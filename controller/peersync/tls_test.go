@@ -1,0 +1,116 @@
+package peersync
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// writeTLSDir writes a Secret-like directory (ca.crt, tls.crt, tls.key) with a
+// certificate for peer sync signed by a new CA, or by ca if given.
+func writeTLSDir(t *testing.T, ca *testCA) (string, *testCA) {
+	t.Helper()
+	if ca == nil {
+		ca = newTestCA(t)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()),
+		Subject:      pkix.Name{CommonName: "epp-peer-sync"},
+		NotBefore:    time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		DNSNames:    []string{"epp-peers.ns.svc"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, typ string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("ca.crt", "CERTIFICATE", ca.cert.Raw)
+	write("tls.crt", "CERTIFICATE", der)
+	write("tls.key", "EC PRIVATE KEY", kb)
+	return dir, ca
+}
+
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key}
+}
+
+func TestMutualTLS(t *testing.T) {
+	dirA, ca := writeTLSDir(t, nil)
+	dirB, _ := writeTLSDir(t, ca)
+	dirs := []string{dirA, dirB}
+	n := 0
+	rs := newCluster(t, 2, func(o *Options) { o.TLS = TLSFilesInDir(dirs[n]); n++ })
+	for i, r := range rs {
+		if err := r.s.Set("k", "ns/e", &load{Requests: int64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSum(t, 3*time.Second, rs, "k", "ns/e", 3)
+
+	// A replica with a certificate of another CA is refused, and its value never counts.
+	dirX, _ := writeTLSDir(t, nil)
+	x := startReplica(t, "x", func(o *Options) { o.TLS = TLSFilesInDir(dirX) })
+	x.members.UpsertPeer(rs[0].meta())
+	rs[0].members.UpsertPeer(x.meta())
+	if err := x.s.Set("k", "ns/e", &load{Requests: 100}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 3*time.Second, func() bool {
+		return testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, RejectTLS)) > 0
+	}, func() string { return "the other CA's certificate was not refused" })
+	time.Sleep(5 * testInterval)
+	if got := rs[0].requests("k", "ns/e"); got != 3 {
+		t.Fatalf("replica 0 sums %d, want 3 (the other CA's replica must not count)", got)
+	}
+
+	// Files that cannot be read are a start-up error naming the file.
+	if err := TLSFilesInDir(t.TempDir()).Check(); err == nil {
+		t.Fatal("a directory without certificates passed Check")
+	}
+}
