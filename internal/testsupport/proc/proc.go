@@ -4,6 +4,7 @@
 package proc
 
 import (
+	"os"
 	"os/exec"
 	"sync"
 	"syscall"
@@ -21,6 +22,13 @@ const StopTimeout = 20 * time.Second
 // StopTimeout), which the test's cleanup also calls.
 func Start(t testing.TB, bin string, args, env []string) (*capture.Buffer, func()) {
 	t.Helper()
+	out, stop, _ := StartProcess(t, bin, args, env)
+	return out, stop
+}
+
+// StartProcess is Start that also returns the process (for a test that signals it).
+func StartProcess(t testing.TB, bin string, args, env []string) (*capture.Buffer, func(), *os.Process) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
 	cmd.Env = env
 	out := &capture.Buffer{}
@@ -33,6 +41,7 @@ func Start(t testing.TB, bin string, args, env []string) (*capture.Buffer, func(
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGCONT) // in case a test stopped it
 			_ = cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case err := <-done:
@@ -51,5 +60,5 @@ func Start(t testing.TB, bin string, args, env []string) (*capture.Buffer, func(
 			t.Logf("%s output:\n%s", bin, out.String())
 		}
 	})
-	return out, stop
+	return out, stop, cmd.Process
 }
