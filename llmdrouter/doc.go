@@ -1,5 +1,6 @@
 // Package llmdrouter is epp-peer-discovery for llm-d-router's Endpoint Picker (EPP):
-// its plugins, registered in the EPP's plugin registry with Register, and (in
+// its plugins (peer discovery, and a cross-replica state syncer over the discovered
+// peers), registered in the EPP's plugin registry with Register, and (in
 // package wiring) the start of the configured peer discovery that the EPP's runner
 // lacks. cmd/epp is an EPP build with both: upstream's runner, unchanged, plus these.
 //
@@ -11,10 +12,13 @@ package llmdrouter
 
 import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peersyncer"
 )
 
 // Register registers every plugin type of this module in the EPP's plugin registry
-// (see peerdiscovery.Register). Call it once, before the runner runs.
+// (see peerdiscovery.Register and peersyncer.Register). Call it once, before the
+// runner runs.
 func Register() {
 	peerdiscovery.Register()
+	peersyncer.Register()
 }

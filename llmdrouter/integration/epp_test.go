@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
@@ -25,11 +27,14 @@ import (
 // replica is one EPP process.
 type replica struct {
 	pod        string // POD_NAME: <deployment>-<hash>-<suffix>, as upstream's standalone mode needs
-	ip         string // POD_IP: an identity only, never dialed
-	debug      string // the plugin's debugAddress (/debug/peers)
+	ip         string // POD_IP: an identity only, never dialed, unless the replica syncs state
+	debug      string // the plugin's debugAddress (/debug/peers, /debug/peer-sync)
 	metrics    string // the EPP's metrics port
+	grpc       string // the EPP's ext_proc port
 	grpcHealth string
+	syncPort   int32 // the peer-sync port, where it syncs state
 	out        *capture.Buffer
+	pid        int
 	stop       func()
 }
 
@@ -61,6 +66,14 @@ dataLayer:
 // (--endpoint-selector), ports of their own on 127.0.0.1.
 func startReplicas(t *testing.T, ns string, n int, membership string, extraArgs ...string) []*replica {
 	t.Helper()
+	return startEPPs(t, ns, n, func(_ int, r *replica) string { return eppConfig(membership, r.debug) }, extraArgs...)
+}
+
+// startEPPs starts n EPP replicas with the configuration config gives each; replica
+// i has POD_IP 10.0.0.<i+1>, or, inside the test's network namespace, its own
+// address there (netns.Addr(10+i)) with a peer-sync port on it.
+func startEPPs(t *testing.T, ns string, n int, config func(i int, r *replica) string, extraArgs ...string) []*replica {
+	t.Helper()
 	bin := eppBinary(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := testenv.WriteKubeconfig(env.Config, kubeconfig); err != nil {
@@ -73,21 +86,39 @@ func startReplicas(t *testing.T, ns string, n int, membership string, extraArgs 
 			ip:         fmt.Sprintf("10.0.0.%d", i+1),
 			debug:      testenv.FreeAddr(),
 			metrics:    testenv.FreeAddr(),
+			grpc:       testenv.FreeAddr(),
 			grpcHealth: testenv.FreeAddr(),
+		}
+		if netns.Inside() {
+			r.ip = netns.Addr(10 + i)
+			r.syncPort = int32(freePort(t, r.ip))
 		}
 		port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 		args := append([]string{
 			"--endpoint-selector=app=vllm", "--endpoint-target-ports=8000", "--pool-namespace=" + ns,
-			"--grpc-port=" + port(testenv.FreeAddr()), "--grpc-health-port=" + port(r.grpcHealth), "--metrics-port=" + port(r.metrics),
-			"--metrics-endpoint-auth=false", "--drain-timeout=1s", "--config-text=" + eppConfig(membership, r.debug),
+			"--grpc-port=" + port(r.grpc), "--grpc-health-port=" + port(r.grpcHealth), "--metrics-port=" + port(r.metrics),
+			"--metrics-endpoint-auth=false", "--secure-serving=false", "--drain-timeout=1s", "--config-text=" + config(i, r),
 		}, extraArgs...)
-		r.out, r.stop = proc.Start(t, bin, args, []string{
+		var process *os.Process
+		r.out, r.stop, process = proc.StartProcess(t, bin, args, []string{
 			"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "KUBECONFIG=" + kubeconfig,
 			"POD_NAME=" + r.pod, "POD_IP=" + r.ip, "NAMESPACE=" + ns,
 		})
+		r.pid = process.Pid
 		out = append(out, r)
 	}
 	return out
+}
+
+// freePort is a free TCP port on ip.
+func freePort(t *testing.T, ip string) int {
+	t.Helper()
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 // view is the replica's peer set as its plugin serves it: "name@address ready" ...

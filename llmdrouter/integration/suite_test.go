@@ -1,7 +1,12 @@
 // Package integration_test runs the EPP build of this module (cmd/epp: upstream's
-// runner with peer discovery) as processes against a real kube-apiserver and etcd,
-// as replicas of one EPP, and checks what an operator relies on: each replica's
-// peer set is exactly the other replicas, and follows the EndpointSlice.
+// runner with peer discovery and the cross-replica syncer) as processes against a
+// real kube-apiserver and etcd, as replicas of one EPP, and checks what an operator
+// relies on: each replica's peer set is exactly the other replicas, and follows the
+// EndpointSlice; requests held open through one replica count as in-flight load on
+// every replica, and steer the others' picks.
+//
+// The suite runs in a network namespace of its own (package netns): the replicas
+// have addresses in 198.18.0.0/24 on its loopback, which EndpointSlices accept.
 package integration_test
 
 import (
@@ -12,12 +17,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	// A network namespace of its own: replicas that sync state dial each other on
+	// addresses an EndpointSlice accepts, and nothing leaves the machine.
+	netns.Isolate("llm-d-router EPP integration tests")
 	testenv.Main(m, "llm-d-router EPP integration tests", func(e *testenv.Env) { env = e }, removeBuilt)
 }
 

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -59,7 +60,14 @@ type Plugin struct {
 	prober    *reachability.Prober // nil without probeInterval
 	extras    Extras
 	self      string // namespace/name, in the peer-sync answer
+	selfID    peers.Self
 	log       logr.Logger
+	debugMux  *http.ServeMux // /debug/peers, and what others add (HandleDebug)
+
+	syncMu     sync.Mutex
+	syncTaken  bool          // a cross-replica syncer took the peer-sync address
+	syncCancel func()        // stops the answer on the peer-sync address, if running
+	syncDone   chan struct{} // closed when it stopped
 }
 
 // Extras are the parameters every peer-discovery type shares besides its source's.
@@ -122,7 +130,7 @@ func (e *Extras) resolve() error {
 // newPlugin assembles a plugin of type typ named name around d.
 func newPlugin(typ, name string, d *discovery.PeerDiscovery, self peers.Self, namespace string, extras Extras, log logr.Logger) (*Plugin, error) {
 	p := &Plugin{typedName: fwkplugin.TypedName{Type: typ, Name: name}, discovery: d, extras: extras,
-		self: namespace + "/" + self.Name, log: log}
+		self: namespace + "/" + self.Name, selfID: self, log: log, debugMux: http.NewServeMux()}
 	if extras.ProbeInterval != nil && extras.ProbeInterval.Duration > 0 {
 		var err error
 		if p.prober, err = reachability.New(reachability.Options{Interval: extras.ProbeInterval.Duration, Instance: name}, log.WithName("reachability")); err != nil {
@@ -131,6 +139,7 @@ func newPlugin(typ, name string, d *discovery.PeerDiscovery, self peers.Self, na
 	}
 	p.view = debugpeers.New(debugpeers.Options{Store: d.Peers(), Publisher: d.Publisher(), Prober: p.prober,
 		Self: peers.SelfDocument{Name: self.Name, Namespace: namespace, Addresses: self.Strings()}})
+	p.debugMux.Handle("/debug/peers", p.view)
 	return p, nil
 }
 
@@ -164,19 +173,26 @@ func (p *Plugin) Start(ctx context.Context, n fwkdl.PeerNotifier) error {
 		}
 		g.Go(func() error { return p.serveDebug(ctx, l) })
 	}
-	if p.extras.PeerSyncAddress != "" {
+	p.syncMu.Lock()
+	if p.extras.PeerSyncAddress != "" && !p.syncTaken {
 		l, err := listen("peerSyncAddress", p.extras.PeerSyncAddress)
 		if err != nil {
+			p.syncMu.Unlock()
 			return err
 		}
 		line := "epp-peer-discovery " + p.self + "\n"
+		actx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		p.syncCancel, p.syncDone = cancel, done
 		g.Go(func() error {
-			if err := reachability.Answer(ctx, l, line); err != nil {
+			defer close(done)
+			if err := reachability.Answer(actx, l, line); err != nil {
 				return fmt.Errorf("%s: peerSyncAddress: %w", p.typedName, err)
 			}
 			return nil
 		})
 	}
+	p.syncMu.Unlock()
 	if p.prober != nil {
 		g.Go(func() error { return p.prober.Run(ctx, p.discovery.Peers()) })
 	}
@@ -196,9 +212,7 @@ func (p *Plugin) Start(ctx context.Context, n fwkdl.PeerNotifier) error {
 
 // serveDebug serves /debug/peers on l until ctx ends.
 func (p *Plugin) serveDebug(ctx context.Context, l net.Listener) error {
-	mux := http.NewServeMux()
-	mux.Handle("/debug/peers", p.view)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: p.debugMux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -225,6 +239,32 @@ func (p *Plugin) DumpState() (json.RawMessage, error) { return json.RawMessage(p
 // Peers reads the peer set this plugin delivers (for a consumer in the same EPP,
 // such as a cross-replica syncer).
 func (p *Plugin) Peers() peers.Reader { return p.discovery.Peers() }
+
+// Self is the replica this discovery leaves out of its peers.
+func (p *Plugin) Self() peers.Self { return p.selfID }
+
+// DebugAddress is where the plugin serves /debug/peers ("" for nowhere).
+func (p *Plugin) DebugAddress() string { return p.extras.DebugAddress }
+
+// HandleDebug adds a handler to the plugin's debug server (DebugAddress), beside
+// /debug/peers.
+func (p *Plugin) HandleDebug(path string, h http.Handler) { p.debugMux.Handle(path, h) }
+
+// TakePeerSyncAddress hands the peer-sync address to a cross-replica syncer that
+// listens there itself (and answers the peers' probes): the plugin stops answering
+// on it, or never starts. It returns the address ("" when the plugin has none).
+func (p *Plugin) TakePeerSyncAddress() string {
+	p.syncMu.Lock()
+	p.syncTaken = true
+	cancel, done := p.syncCancel, p.syncDone
+	p.syncCancel, p.syncDone = nil, nil
+	p.syncMu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+	return p.extras.PeerSyncAddress
+}
 
 // Status is the discovery's status: synced, and the last error.
 func (p *Plugin) Status() discovery.Status { return p.discovery.Status() }

@@ -1,0 +1,347 @@
+// Package peersyncer is a cross-replica state syncer for llm-d-router's EPP
+// (datalayer.CrossReplicaSyncer) over the peers that this module's peer discovery
+// finds: the plugin type peer-syncer, built on package peersync of the root module.
+//
+// The EPP's runtime sets each contributor's local value (llm-d-router's in-flight
+// load, say) for every endpoint once per dataLayer.crossReplicaSyncInterval, and reads
+// the aggregate on every scheduling decision; with this syncer, that aggregate is the
+// sum over every replica of the EPP, not this one's alone.
+//
+//	plugins:
+//	  - name: peer-discovery
+//	    type: endpointslice-peer-discovery
+//	    parameters: {service: epp, peerSyncAddress: ":9005"}
+//	  - name: peer-syncer
+//	    type: peer-syncer
+//	    parameters: {peerDiscoveryRef: peer-discovery}
+//	dataLayer:
+//	  peerDiscovery: {pluginRef: peer-discovery}
+//	  crossReplicaSyncerPluginRef: peer-syncer
+//	  crossReplicaSyncInterval: 200ms
+package peersyncer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
+	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
+)
+
+// Type is the plugin type.
+const Type = "peer-syncer"
+
+// Environment variables a parameter left out of the configuration falls back to
+// (what a kustomize component or a Helm post-renderer can set).
+const (
+	AddressEnv  = "EPP_PEER_SYNC_ADDRESS"
+	IntervalEnv = "EPP_PEER_SYNC_INTERVAL"
+	TLSDirEnv   = "EPP_PEER_SYNC_TLS_DIR"
+	// DefaultAddress is the peer-sync port's, where neither the parameters, the
+	// discovery plugin nor the environment give one.
+	DefaultAddress = ":9005"
+)
+
+var (
+	_ fwkdl.CrossReplicaSyncer = (*Plugin)(nil)
+	_ fwkplugin.StateDumper    = (*Plugin)(nil)
+	_ fwkplugin.FactoryFunc    = Factory
+)
+
+// Register registers the plugin type in the EPP's plugin registry, with stability
+// Beta (no --allow-experimental-plugins needed), as a plugin that depends on the
+// peer discovery its peerDiscoveryRef names (built first).
+func Register() {
+	fwkplugin.RegisterWithPluginDependencies(Type, fwkplugin.StabilityBeta, Factory, parseDependencies)
+}
+
+// Parameters of peer-syncer.
+type Parameters struct {
+	// PeerDiscoveryRef names the peer-discovery plugin (of this module) whose peers
+	// are the membership: the one dataLayer.peerDiscovery.pluginRef names. Required.
+	PeerDiscoveryRef string `json:"peerDiscoveryRef" pluginRef:""`
+	// Address is listened on for the peers' pushes: the peer-sync port. Default: the
+	// discovery plugin's peerSyncAddress (which the syncer then serves, probes
+	// included), else EPP_PEER_SYNC_ADDRESS, else ":9005".
+	Address string `json:"address,omitempty"`
+	// Interval is how often this replica pushes to its peers: set it to
+	// dataLayer.crossReplicaSyncInterval. Default 200ms (env EPP_PEER_SYNC_INTERVAL).
+	Interval *duration `json:"interval,omitempty"`
+	// TTL is how long a silent peer's values count. Default 3 × interval.
+	TTL *duration `json:"ttl,omitempty"`
+	// MaxMessageBytes and MaxValueBytes bound what a peer may send (defaults 4 MiB and
+	// 4 KiB).
+	MaxMessageBytes int `json:"maxMessageBytes,omitempty"`
+	MaxValueBytes   int `json:"maxValueBytes,omitempty"`
+	// TLSDir, if set, turns on mutual TLS with the ca.crt, tls.crt and tls.key of a
+	// Secret mounted there (env EPP_PEER_SYNC_TLS_DIR); TLSServerName, if set, is the
+	// name the peers' certificates must hold.
+	TLSDir        string `json:"tlsDir,omitempty"`
+	TLSServerName string `json:"tlsServerName,omitempty"`
+}
+
+// Plugin is the syncer.
+type Plugin struct {
+	typedName fwkplugin.TypedName
+	s         *peersync.Syncer
+	handle    fwkplugin.Handle
+}
+
+// getenv reads the environment (a variable, so tests may replace it).
+var getenv = os.Getenv
+
+func parseParameters(params *json.Decoder) (Parameters, error) {
+	var p Parameters
+	if params != nil {
+		params.DisallowUnknownFields()
+		if err := params.Decode(&p); err != nil && !errors.Is(err, io.EOF) {
+			return p, fmt.Errorf("%s parameters: %w", Type, err)
+		}
+	}
+	return p, nil
+}
+
+// parseDependencies tells the EPP's configuration loader to build the discovery
+// plugin first.
+func parseDependencies(params *json.Decoder, _ fwkplugin.Handle) (any, error) {
+	p, err := parseParameters(params)
+	return &p, err
+}
+
+// Factory builds peer-syncer: it checks the parameters (errors name the parameter
+// or the variable), listens on the peer-sync address, and runs until the EPP's
+// context (the handle's) ends.
+func Factory(name string, params *json.Decoder, handle fwkplugin.Handle) (fwkplugin.Plugin, error) {
+	p, err := parseParameters(params)
+	if err != nil {
+		return nil, err
+	}
+	if p.PeerDiscoveryRef == "" {
+		return nil, fmt.Errorf("%s: peerDiscoveryRef is required: the name of the peer-discovery plugin (dataLayer.peerDiscovery.pluginRef) whose peers this syncer shares state with", Type)
+	}
+	if handle == nil {
+		return nil, fmt.Errorf("%s: no plugin handle", Type)
+	}
+	pd, ok := handle.Plugin(p.PeerDiscoveryRef).(*peerdiscovery.Plugin)
+	if !ok {
+		return nil, fmt.Errorf("%s: peerDiscoveryRef=%q names no peer-discovery plugin of this module (%s or %s)", Type, p.PeerDiscoveryRef, peerdiscovery.EndpointSliceType, peerdiscovery.DNSType)
+	}
+	interval := peersync.DefaultInterval
+	switch {
+	case p.Interval != nil:
+		interval = p.Interval.Duration
+	case getenv(IntervalEnv) != "":
+		d, err := time.ParseDuration(getenv(IntervalEnv))
+		if err != nil {
+			return nil, fmt.Errorf("invalid %s=%q: not a duration (e.g. 200ms)", IntervalEnv, getenv(IntervalEnv))
+		}
+		interval = d
+	}
+	if interval < peersync.MinInterval {
+		return nil, fmt.Errorf("invalid interval=%v: want at least %v", interval, peersync.MinInterval)
+	}
+	var ttl time.Duration
+	if p.TTL != nil {
+		if ttl = p.TTL.Duration; ttl < interval {
+			return nil, fmt.Errorf("invalid ttl=%v: want at least the interval (%v)", ttl, interval)
+		}
+	}
+	var tlsFiles *peersync.TLSFiles
+	tlsDir, tlsParam := p.TLSDir, "tlsDir"
+	if tlsDir == "" {
+		tlsDir, tlsParam = getenv(TLSDirEnv), TLSDirEnv
+	}
+	if tlsDir != "" {
+		tlsFiles = peersync.TLSFilesInDir(tlsDir)
+		tlsFiles.ServerName = p.TLSServerName
+		if err := tlsFiles.Check(); err != nil {
+			return nil, fmt.Errorf("invalid %s=%q: %w", tlsParam, tlsDir, err)
+		}
+	}
+	// The discovery plugin stops answering on the peer-sync address: the syncer
+	// listens there now (and answers the probes the same way).
+	discoveryAddress := pd.TakePeerSyncAddress()
+	addr, addrParam := p.Address, "address"
+	switch {
+	case addr != "":
+	case discoveryAddress != "":
+		addr, addrParam = discoveryAddress, p.PeerDiscoveryRef+".peerSyncAddress"
+	case getenv(AddressEnv) != "":
+		addr, addrParam = getenv(AddressEnv), AddressEnv
+	default:
+		addr = DefaultAddress
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return nil, fmt.Errorf("invalid %s=%q: want host:port, e.g. \":9005\"", addrParam, addr)
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s=%s: %w", Type, addrParam, addr, err)
+	}
+	log := ctrl.Log.WithName(Type).WithValues("plugin", name)
+	self := pd.Self()
+	s, err := peersync.New(peersync.Options{
+		Self: self, Peers: pd.Peers(), Listener: l, Interval: interval, TTL: ttl,
+		MaxMessageBytes: p.MaxMessageBytes, MaxValueBytes: p.MaxValueBytes, TLS: tlsFiles,
+		SourceAddress: sourceAddress(self), Instance: name, Log: log,
+	})
+	if err != nil {
+		l.Close()
+		return nil, fmt.Errorf("%s: %w", Type, err)
+	}
+	plugin := &Plugin{typedName: fwkplugin.TypedName{Type: Type, Name: name}, s: s, handle: handle}
+	pd.HandleDebug("/debug/peer-sync", plugin)
+	ctx := handle.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	go plugin.run(ctx, pd, log, addr)
+	return plugin, nil
+}
+
+func (p *Plugin) run(ctx context.Context, pd *peerdiscovery.Plugin, log logr.Logger, addr string) {
+	go func() {
+		select {
+		case <-pd.Ready():
+		case <-ctx.Done():
+		case <-time.After(30 * time.Second):
+			log.Info("the peer discovery has not delivered a peer set after 30 s: is it the plugin dataLayer.peerDiscovery.pluginRef names?", "peerDiscoveryRef", pd.TypedName().Name)
+		}
+	}()
+	log.Info("sharing state with the peers", "address", addr, "interval", p.s.Interval(), "ttl", p.s.TTL(), "peerDiscovery", pd.TypedName().Name)
+	if err := p.s.Run(ctx); err != nil {
+		log.Error(err, "cross-replica syncer stopped: this replica no longer shares state")
+	}
+}
+
+// TypedName implements fwkplugin.Plugin.
+func (p *Plugin) TypedName() fwkplugin.TypedName { return p.typedName }
+
+// Set implements fwkdl.CrossReplicaSyncer: this replica's value, pushed to every
+// peer in the next interval.
+func (p *Plugin) Set(_ context.Context, key fwkdl.StateKey, endpointID string, value any) error {
+	return p.s.Set(string(key), endpointID, value)
+}
+
+// Get implements fwkdl.CrossReplicaSyncer: aggregate over this replica's value and
+// every live peer's latest one, decoded as the type of this replica's.
+func (p *Plugin) Get(_ context.Context, key fwkdl.StateKey, endpointID string, aggregate func([]any) any) (any, bool, error) {
+	v, ok := p.s.Get(string(key), endpointID, aggregate)
+	return v, ok, nil
+}
+
+// Delete implements fwkdl.CrossReplicaSyncer: the value goes here and, with the
+// next push, on every peer.
+func (p *Plugin) Delete(_ context.Context, key fwkdl.StateKey, endpointID string) error {
+	p.s.Delete(string(key), endpointID)
+	return nil
+}
+
+// Syncer is the syncer behind the plugin.
+func (p *Plugin) Syncer() *peersync.Syncer { return p.s }
+
+// learnAggregates gives the document the aggregates of the EPP's contributors.
+func (p *Plugin) learnAggregates() {
+	for _, pl := range p.handle.GetAllPlugins() {
+		if c, ok := pl.(fwkdl.CrossReplicaContributor); ok {
+			spec := c.CrossReplicaState()
+			if !spec.SyncDisabled && spec.Aggregate != nil {
+				p.s.SetAggregate(string(spec.StateKey), spec.Aggregate)
+			}
+		}
+	}
+}
+
+// Document is the syncer's document (/debug/peer-sync), with each contributor's
+// aggregate.
+func (p *Plugin) Document(keyPrefix, endpointPrefix string) peersync.Document {
+	p.learnAggregates()
+	return p.s.Document(keyPrefix, endpointPrefix)
+}
+
+// ServeHTTP serves /debug/peer-sync (on the discovery plugin's debugAddress).
+func (p *Plugin) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.learnAggregates()
+	p.s.ServeHTTP(w, r)
+}
+
+// DumpState implements fwkplugin.StateDumper (the EPP's /debug/plugins/state): the
+// membership and, per key, how many endpoints it holds; /debug/peer-sync has the
+// values.
+func (p *Plugin) DumpState() (json.RawMessage, error) {
+	doc := p.s.Document("", "")
+	type keySummary struct {
+		Key       string `json:"key"`
+		Endpoints int    `json:"endpoints"`
+	}
+	out := struct {
+		Self     string                `json:"self"`
+		Interval string                `json:"interval"`
+		TTL      string                `json:"ttl"`
+		Peers    []peersync.PeerStatus `json:"peers"`
+		Keys     []keySummary          `json:"keys"`
+	}{Self: doc.Self, Interval: doc.Interval, TTL: doc.TTL, Peers: doc.Peers, Keys: []keySummary{}}
+	for _, k := range doc.Keys {
+		out.Keys = append(out.Keys, keySummary{Key: k.Key, Endpoints: len(k.Endpoints)})
+	}
+	return json.Marshal(out)
+}
+
+// sourceAddress binds the connections to a peer to this replica's own address of the
+// peer's family, where that address is this host's (a pod's IP is; so are addresses
+// on a loopback that holds a range for several replicas on one machine): the peers
+// accept only the address their discovery lists for this replica. An address that
+// cannot be bound is left to the system's choice.
+func sourceAddress(self peers.Self) func(peers.PeerMetadata) net.IP {
+	var own []netip.Addr
+	for _, a := range self.Addresses {
+		a = a.Unmap()
+		if l, err := net.Listen("tcp", netip.AddrPortFrom(a, 0).String()); err == nil {
+			l.Close()
+			own = append(own, a)
+		}
+	}
+	return func(p peers.PeerMetadata) net.IP {
+		pa, err := netip.ParseAddr(p.Address)
+		if err != nil {
+			return nil
+		}
+		for _, a := range own {
+			if a.Is4() == pa.Unmap().Is4() {
+				return net.IP(a.AsSlice())
+			}
+		}
+		return nil
+	}
+}
+
+// duration is a JSON duration: "200ms".
+type duration struct{ time.Duration }
+
+func (d *duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration such as \"200ms\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}

@@ -1,0 +1,245 @@
+package peersyncer_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
+	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
+	attrconcurrency "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/attribute/concurrency"
+	"github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/requestcontrol/dataproducer/inflightload"
+	"github.com/llm-d/llm-d-router/pkg/epp/statesync"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peersyncer"
+)
+
+// The plugin is upstream's CrossReplicaSyncer, compiled against upstream's interface.
+var _ fwkdl.CrossReplicaSyncer = (*peersyncer.Plugin)(nil)
+
+func init() {
+	peerdiscovery.Register()
+	peersyncer.Register()
+}
+
+func params(s string) *json.Decoder { return json.NewDecoder(strings.NewReader(s)) }
+
+func setEnv(t *testing.T, kv ...string) {
+	for _, k := range []string{"POD_NAME", "POD_IP", "POD_IPS", "NAMESPACE", "POD_NAMESPACE", "EPP_PEER_SYNC_ADDRESS",
+		"EPP_PEER_SYNC_INTERVAL", "EPP_PEER_SYNC_TLS_DIR", "EPP_PEER_DEBUG_ADDRESS", "EPP_PEER_PROBE_INTERVAL"} {
+		t.Setenv(k, "")
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		t.Setenv(kv[i], kv[i+1])
+	}
+}
+
+func freePort(t *testing.T, ip string) int {
+	t.Helper()
+	l, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// eppReplica is one EPP's plugins, built as its configuration loader builds them:
+// from upstream's registry, with a handle, the discovery first.
+type eppReplica struct {
+	name     string
+	handle   fwkplugin.Handle
+	syncer   fwkdl.CrossReplicaSyncer
+	inflight *inflightload.InFlightLoadProducer
+	debug    string
+}
+
+const dnsName = "_peer-sync._tcp.epp-peers.ns.svc.cluster.local"
+
+// startReplicas starts n replicas on 127.0.0.2.. whose peers come from DNS SRV
+// records served by a test DNS server.
+func startReplicas(t *testing.T, n int, syncerParams string) []*eppReplica {
+	t.Helper()
+	srv, err := dnsserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	var recs []dnsserver.SRV
+	ports := make([]int, n)
+	for i := range n {
+		ip := fmt.Sprintf("127.0.0.%d", i+2)
+		ports[i] = freePort(t, ip)
+		host := fmt.Sprintf("epp-%d.epp-peers.ns.svc.cluster.local", i)
+		srv.SetAddrs(host, ip)
+		recs = append(recs, dnsserver.SRV{Target: host, Port: uint16(ports[i])})
+	}
+	srv.SetSRV(dnsName, recs...)
+	var rs []*eppReplica
+	for i := range n {
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		ip := fmt.Sprintf("127.0.0.%d", i+2)
+		r := &eppReplica{name: fmt.Sprintf("epp-%d", i), debug: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t, "127.0.0.1")))}
+		setEnv(t, "POD_NAME", r.name, "POD_IP", ip, "NAMESPACE", "ns")
+		r.handle = fwkplugin.NewEppHandle(ctx, nil, fwkplugin.WithMetricsRecorder(prometheus.NewRegistry()))
+		pd, err := fwkplugin.Registry[peerdiscovery.DNSType]("peer-discovery",
+			params(fmt.Sprintf(`{"name": %q, "interval": "1s", "server": %q, "debugAddress": %q, "peerSyncAddress": "%s:%d"}`, dnsName, srv.Addr(), r.debug, ip, ports[i])), r.handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.handle.AddPlugin("peer-discovery", pd)
+		p, err := inflightload.InFlightLoadProducerFactory("inflight", nil, r.handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.inflight = p.(*inflightload.InFlightLoadProducer)
+		r.handle.AddPlugin("inflight", p)
+		s, err := fwkplugin.Registry[peersyncer.Type]("peer-syncer", params(syncerParams), r.handle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.syncer = s.(fwkdl.CrossReplicaSyncer)
+		r.handle.AddPlugin("peer-syncer", s)
+		// What the wiring does for dataLayer.peerDiscovery.pluginRef.
+		go func() { _ = pd.(fwkdl.PeerDiscovery).Start(ctx, fwkdl.NewPeerNotifier(statesync.NewMemoryPeerStore())) }()
+		rs = append(rs, r)
+	}
+	return rs
+}
+
+// publish does what llm-d-router's cross-replica publisher does each interval: Set
+// the contributor's fresh local snapshot of the endpoint.
+func (r *eppReplica) publish(t *testing.T, endpoint string, requests int64) {
+	t.Helper()
+	spec := r.inflight.CrossReplicaState()
+	v := &attrconcurrency.InFlightLoad{Requests: requests, Tokens: 10 * requests}
+	if err := r.syncer.Set(context.Background(), spec.StateKey, endpoint, fwkdl.Cloneable(v)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// load is what the runtime's attribute closure reads: Get with the contributor's
+// own Aggregate (whose type assertions must hold for the peers' values).
+func (r *eppReplica) load(endpoint string) (int64, bool) {
+	spec := r.inflight.CrossReplicaState()
+	v, ok, err := r.syncer.Get(context.Background(), spec.StateKey, endpoint, spec.Aggregate)
+	if err != nil || !ok {
+		return -1, false
+	}
+	l := v.(*attrconcurrency.InFlightLoad)
+	return l.Requests, true
+}
+
+func waitLoad(t *testing.T, rs []*eppReplica, endpoint string, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var wrong []string
+		for _, r := range rs {
+			if got, _ := r.load(endpoint); got != want {
+				wrong = append(wrong, fmt.Sprintf("%s=%d", r.name, got))
+			}
+		}
+		if len(wrong) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: want %d in-flight requests on every replica, got %s", endpoint, want, strings.Join(wrong, " "))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestInFlightLoadIsSummedAcrossReplicas: three EPPs' plugins, built through
+// upstream's registry and handle, peers from DNS; each replica publishes its local
+// in-flight load and reads the sum of all three with the in-flight producer's own
+// Aggregate.
+func TestInFlightLoadIsSummedAcrossReplicas(t *testing.T) {
+	rs := startReplicas(t, 3, `{"peerDiscoveryRef": "peer-discovery", "interval": "50ms"}`)
+	const ep = "llm/vllm-0"
+	for i, r := range rs {
+		r.publish(t, ep, int64(i+1))
+	}
+	waitLoad(t, rs, ep, 6)
+	rs[0].publish(t, ep, 0)
+	waitLoad(t, rs, ep, 5)
+	// Delete on replica 2 (the endpoint left its datastore): its share goes everywhere.
+	if err := rs[2].syncer.Delete(context.Background(), rs[2].inflight.CrossReplicaState().StateKey, ep); err != nil {
+		t.Fatal(err)
+	}
+	waitLoad(t, rs[:2], ep, 2)
+
+	// /debug/peer-sync on the discovery plugin's debug address: the values per
+	// replica, the aggregate, and the peers in sync.
+	resp, err := http.Get("http://" + rs[0].debug + "/debug/peer-sync?endpoint=llm/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var doc peersync.Document
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Peers) != 2 || !doc.Peers[0].InSync || !doc.Peers[1].InSync {
+		t.Fatalf("peers: %+v", doc.Peers)
+	}
+	if len(doc.Keys) != 1 || len(doc.Keys[0].Endpoints) != 1 {
+		t.Fatalf("keys: %+v", doc.Keys)
+	}
+	var agg attrconcurrency.InFlightLoad
+	if err := json.Unmarshal(doc.Keys[0].Endpoints[0].Aggregate, &agg); err != nil || agg.Requests != 2 || agg.Tokens != 20 {
+		t.Fatalf("aggregate of %s: %s (%v), want 2 requests and 20 tokens", ep, doc.Keys[0].Endpoints[0].Aggregate, err)
+	}
+	if got := len(doc.Keys[0].Endpoints[0].Values); got != 2 {
+		t.Fatalf("values of %s: %d, want 2 (self and epp-1; epp-2 deleted it)", ep, got)
+	}
+}
+
+// TestParametersAreChecked: what cannot work is refused at start-up, naming the
+// parameter or variable.
+func TestParametersAreChecked(t *testing.T) {
+	setEnv(t, "POD_NAME", "epp-0", "POD_IP", "127.0.0.2", "NAMESPACE", "ns")
+	h := fwkplugin.NewEppHandle(context.Background(), nil)
+	pd, err := fwkplugin.Registry[peerdiscovery.DNSType]("pd", params(`{"name": "`+dnsName+`"}`), h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.AddPlugin("pd", pd)
+	h.AddPlugin("other", pd.(fwkplugin.Plugin))
+	for _, c := range []struct{ params, want string }{
+		{`{}`, "peerDiscoveryRef is required"},
+		{`{"peerDiscoveryRef": "nope"}`, `peerDiscoveryRef="nope" names no peer-discovery plugin`},
+		{`{"peerDiscoveryRef": "pd", "interval": "1ms"}`, "invalid interval=1ms"},
+		{`{"peerDiscoveryRef": "pd", "interval": "100ms", "ttl": "50ms"}`, "invalid ttl=50ms"},
+		{`{"peerDiscoveryRef": "pd", "address": "9005"}`, `invalid address="9005"`},
+		{`{"peerDiscoveryRef": "pd", "tlsDir": "/nonexistent"}`, `invalid tlsDir="/nonexistent"`},
+		{`{"peerDiscoveryRef": "pd", "bogus": 1}`, "unknown field"},
+	} {
+		_, err := peersyncer.Factory("s", params(c.params), h)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got %v, want an error with %q", c.params, err, c.want)
+		}
+	}
+	t.Setenv("EPP_PEER_SYNC_INTERVAL", "soon")
+	if _, err := peersyncer.Factory("s", params(`{"peerDiscoveryRef": "pd"}`), h); err == nil || !strings.Contains(err.Error(), "EPP_PEER_SYNC_INTERVAL") {
+		t.Errorf("a bad EPP_PEER_SYNC_INTERVAL: %v", err)
+	}
+	if s := fwkplugin.GetPluginStability(peersyncer.Type); s != fwkplugin.StabilityBeta {
+		t.Errorf("stability %v, want Beta", s)
+	}
+	if _, ok := fwkplugin.PluginsWithPluginDependencies[peersyncer.Type]; !ok {
+		t.Error("peer-syncer does not declare its dependency on the discovery plugin: the loader could build it first")
+	}
+}
