@@ -92,17 +92,19 @@ test-upstream-patch: k8s ## Apply llmdrouter/patches to a copy of the pinned ups
 
 ##@ Test
 .PHONY: test
-test: lint k8s test-unit test-fuzz test-integration test-llmdrouter test-upstream-patch bench-live-smoke test-manifests test-terraform e2e-local e2e-scale ## Run every test tier (the README's test command).
+test: lint k8s test-unit test-fuzz test-integration test-llmdrouter test-upstream-patch bench-live-smoke bench-sync-smoke test-manifests test-terraform e2e-local e2e-scale ## Run every test tier (the README's test command).
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
 	go test $(GO_TEST_FLAGS) -count=1 $$(go list ./controller/... | grep -v '/controller/integration\|/controller/faults')
 
 .PHONY: test-fuzz
-test-fuzz: ## Fuzz the peer-set computation, its incremental State against it, and the peers-file parser, FUZZTIME each (default 15s).
+test-fuzz: ## Fuzz the peer-set computation, its incremental State against it, the peers-file parser and the peer-sync wire (messages, values), FUZZTIME each (default 15s).
 	go test -run='^$$' -fuzz=FuzzCompute -fuzztime=$(FUZZTIME) ./controller/peerset
 	go test -run='^$$' -fuzz=FuzzState -fuzztime=$(FUZZTIME) ./controller/peerset
 	go test -run='^$$' -fuzz=FuzzParse -fuzztime=$(FUZZTIME) ./controller/peerfile
+	go test -run='^$$' -fuzz=FuzzParseState -fuzztime=$(FUZZTIME) ./controller/peersync/internal/wire
+	go test -run='^$$' -fuzz=FuzzDecodeValue -fuzztime=$(FUZZTIME) ./controller/peersync/internal/wire
 
 .PHONY: test-integration
 test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest): the wiring, a host manager, bin/epp black-box, and faults (refused, reset, black-holed, TLS, 5xx, Role removed, API server restart, 50 replicas against a stopped server).
@@ -285,6 +287,16 @@ bench-live: build build-llmd k8s ## epp, a plain client-go informer and llm-d-ro
 bench-live-smoke: build build-llmd k8s ## A short bench-live (3 and 100 peers, one run) that fails when epp or llm-d-router's EPP makes API reads per change or takes a second to show one.
 	go build -o $(BIN)/benchlive-reference ./hack/benchlive/reference
 	go run ./hack/benchlive --smoke --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference --llmd=$(LLMD_EPP)
+
+.PHONY: bench-sync
+bench-sync: k8s llmdrouter-work ## peer-syncer beside upstream's LocalSyncer: 3/10/30 replica processes × 100/1,000 endpoints on a real API server (CPU, bytes per push, visibility); writes docs/PERFORMANCE.md (~6 min).
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/syncbench ./internal/syncbench
+	$(BIN)/syncbench run --write=$(ROOT)/docs/PERFORMANCE.md
+
+.PHONY: bench-sync-smoke
+bench-sync-smoke: k8s llmdrouter-work ## A short bench-sync (3 replicas, 100 endpoints, both syncers) that fails when peer-syncer does not share state.
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/syncbench ./internal/syncbench
+	$(BIN)/syncbench run --smoke --replicas=3 --endpoints=100 --window=3s --warmup=1s
 
 .PHONY: clean
 clean: ## Remove bin/ except the Kubernetes binaries.

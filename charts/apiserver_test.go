@@ -26,6 +26,8 @@ var valueSets = []struct {
 	{"extra-env", vals("router.epp.env", []any{map[string]any{"name": "HF_TOKEN", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "hf", "key": "token"}}}})},
 	{"flags", vals("router.epp.flags", map[string]any{"zap-log-level": "debug"})},
 	{"sidecar", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar", "router.epp.args", consumerArgs)},
+	{"state-sync", vals("router.epp.peerDiscovery.enabled", true, "router.epp.stateSync.enabled", true, "router.epp.stateSync.tls.secretName", "epp-peer-sync-tls",
+		"router.epp.peerDiscovery.networkPolicy.enabled", true)},
 	{"probing", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.probeInterval", "5s",
 		"router.epp.peerDiscovery.networkPolicy.enabled", true)},
 	{"extras", vals("router.epp.extraVolumes", []any{map[string]any{"name": "cache", "emptyDir": map[string]any{}}},

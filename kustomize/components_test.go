@@ -134,6 +134,9 @@ func TestComponentsRefuseTheWrongMode(t *testing.T) {
 		{"peer-discovery", "peer-probe-sidecar"},
 		{"peer-probe"},
 		{"peer-membership-alive-sidecar"},
+		{"peer-discovery-sidecar", "state-sync"},
+		{"peer-discovery-sidecar", "state-sync-tls"},
+		{"state-sync"},
 	} {
 		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\ncomponents:\n"
 		for _, c := range tc {

@@ -164,30 +164,39 @@ func TestParityWithHelm(t *testing.T) {
 		name, release, prefix string
 		peerDiscovery         map[string]any // chart values under router.epp.peerDiscovery
 		components            []string
+		stateSync             map[string]any // chart values under router.epp.stateSync
 	}{
-		{"off", "epp", "", nil, nil},
-		{"on", "epp", "", map[string]any{"enabled": true}, []string{"peer-discovery"}},
-		{"on, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true}, []string{"peer-discovery"}},
-		{"off, release router = namePrefix router-", "router", "router-", nil, nil},
-		{"on, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive"}, []string{"peer-discovery", "peer-membership-alive"}},
-		{"dns", "epp", "", map[string]any{"enabled": true, "source": "dns"}, []string{"peer-discovery-dns"}},
-		{"dns, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "source": "dns"}, []string{"peer-discovery-dns"}},
-		{"sidecar", "epp", "", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}},
+		{"off", "epp", "", nil, nil, nil},
+		{"on", "epp", "", map[string]any{"enabled": true}, []string{"peer-discovery"}, nil},
+		{"on, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true}, []string{"peer-discovery"}, nil},
+		{"off, release router = namePrefix router-", "router", "router-", nil, nil, nil},
+		{"on, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive"}, []string{"peer-discovery", "peer-membership-alive"}, nil},
+		{"dns", "epp", "", map[string]any{"enabled": true, "source": "dns"}, []string{"peer-discovery-dns"}, nil},
+		{"dns, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "source": "dns"}, []string{"peer-discovery-dns"}, nil},
+		{"sidecar", "epp", "", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}, nil},
 		{"sidecar, membership alive", "epp", "", map[string]any{"enabled": true, "mode": "sidecar", "membership": "alive"},
-			[]string{"peer-discovery-sidecar", "peer-membership-alive-sidecar"}},
-		{"sidecar, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}},
+			[]string{"peer-discovery-sidecar", "peer-membership-alive-sidecar"}, nil},
+		{"sidecar, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}, nil},
 		{"probing and network policy", "epp", "", map[string]any{"enabled": true, "probeInterval": "5s", "networkPolicy": map[string]any{"enabled": true}},
-			[]string{"peer-discovery", "peer-probe", "peer-network-policy"}},
+			[]string{"peer-discovery", "peer-probe", "peer-network-policy"}, nil},
 		{"probing, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive", "probeInterval": "5s"},
-			[]string{"peer-discovery", "peer-membership-alive", "peer-probe"}},
+			[]string{"peer-discovery", "peer-membership-alive", "peer-probe"}, nil},
 		{"sidecar, probing and network policy", "epp", "", map[string]any{"enabled": true, "mode": "sidecar", "probeInterval": "5s", "networkPolicy": map[string]any{"enabled": true}},
-			[]string{"peer-discovery-sidecar", "peer-probe-sidecar", "peer-network-policy"}},
+			[]string{"peer-discovery-sidecar", "peer-probe-sidecar", "peer-network-policy"}, nil},
+		{"state sync", "epp", "", map[string]any{"enabled": true}, []string{"peer-discovery", "state-sync"}, map[string]any{"enabled": true}},
+		{"state sync, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true}, []string{"peer-discovery", "state-sync"}, map[string]any{"enabled": true}},
+		{"state sync with mTLS, probing and network policy", "epp", "", map[string]any{"enabled": true, "probeInterval": "5s", "networkPolicy": map[string]any{"enabled": true}},
+			[]string{"peer-discovery", "peer-probe", "peer-network-policy", "state-sync", "state-sync-tls"},
+			map[string]any{"enabled": true, "tls": map[string]any{"secretName": "epp-peer-sync-tls"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var values map[string]any
 			extra := ""
 			if tc.peerDiscovery != nil {
 				epp := map[string]any{"peerDiscovery": tc.peerDiscovery}
+				if tc.stateSync != nil {
+					epp["stateSync"] = tc.stateSync
+				}
 				if tc.peerDiscovery["mode"] == "sidecar" {
 					sidecarStandInValues(epp)
 					extra = sidecarStandIn

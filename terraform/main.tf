@@ -32,6 +32,11 @@ locals {
           probeInterval = var.peer_probe_interval
           networkPolicy = { enabled = var.peer_network_policy }
         }
+        stateSync = {
+          enabled  = var.state_sync_enabled
+          interval = var.state_sync_interval
+          tls      = { secretName = var.state_sync_tls_secret_name }
+        }
       }
     })
   }
@@ -63,4 +68,15 @@ resource "helm_release" "this" {
   timeout         = var.timeout
   atomic          = var.atomic
   cleanup_on_fail = true
+
+  lifecycle {
+    precondition {
+      condition     = !var.state_sync_enabled || var.peer_discovery_enabled
+      error_message = "state_sync_enabled needs peer_discovery_enabled = true: the syncer shares state with the discovered peers."
+    }
+    precondition {
+      condition     = !var.state_sync_enabled || var.peer_discovery_mode == "epp"
+      error_message = "state_sync_enabled needs peer_discovery_mode = \"epp\": the syncer is a plugin of llm-d-router's EPP."
+    }
+  }
 }

@@ -82,6 +82,10 @@ func TestValidationMessages(t *testing.T) {
 		{"probe interval below 100ms", map[string]any{"namespace": "ns", "peer_probe_interval": "50ms"}, `peer_probe_interval must be at least 100ms`},
 		{"source", map[string]any{"namespace": "ns", "peer_discovery_source": "gossip"}, `peer_discovery_source must be "endpointslice" or "dns"`},
 		{"chart repository", map[string]any{"namespace": "ns", "chart_repository": "registry.example.com"}, `chart_repository must be an http(s):// or oci:// URL`},
+		{"state sync without peer discovery", map[string]any{"namespace": "ns", "state_sync_enabled": true}, `state_sync_enabled needs peer_discovery_enabled = true`},
+		{"state sync in a sidecar", map[string]any{"namespace": "ns", "state_sync_enabled": true, "peer_discovery_enabled": true, "peer_discovery_mode": "sidecar"}, `state_sync_enabled needs peer_discovery_mode = "epp"`},
+		{"state sync interval below 10ms", map[string]any{"namespace": "ns", "state_sync_interval": "5ms"}, `state_sync_interval must be a duration of at least 10ms`},
+		{"state sync TLS Secret name", map[string]any{"namespace": "ns", "state_sync_tls_secret_name": "My_Secret"}, `state_sync_tls_secret_name must be a Secret name`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := *opts

@@ -215,6 +215,37 @@ variable "peer_network_policy" {
   default     = false
 }
 
+variable "state_sync_enabled" {
+  description = "Share state between the replicas (needs peer_discovery_enabled, mode epp): the EPP configuration gets the peer-syncer plugin (dataLayer.crossReplicaSyncerPluginRef), so that every replica's load-aware scoring sees the in-flight requests of all of them; the plugin listens on the peer-sync port."
+  type        = bool
+  default     = false
+}
+
+variable "state_sync_interval" {
+  description = "How often each replica pushes its values to every peer: dataLayer.crossReplicaSyncInterval, at least 10ms. A silent peer's values stop counting after 3 intervals."
+  type        = string
+  default     = "200ms"
+
+  validation {
+    condition = can(regex("^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$", var.state_sync_interval)) && sum(concat([0], [
+      for m in regexall("([0-9]+(?:\\.[0-9]+)?)(ns|us|µs|ms|s|m|h)", var.state_sync_interval) :
+      tonumber(m[0]) * lookup({ ns = 1e-9, us = 1e-6, "µs" = 1e-6, ms = 0.001, s = 1, m = 60, h = 3600 }, m[1])
+    ])) >= 0.01
+    error_message = "state_sync_interval must be a duration of at least 10ms, such as \"200ms\"."
+  }
+}
+
+variable "state_sync_tls_secret_name" {
+  description = "Name of a Secret (type kubernetes.io/tls, with ca.crt) for mutual TLS between the replicas on the peer-sync port; the certificate needs the server auth and client auth usages. \"\": plain TCP, admitted only from the discovered peers' addresses."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = can(regex("^$|^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", var.state_sync_tls_secret_name))
+    error_message = "state_sync_tls_secret_name must be a Secret name (DNS-1123 subdomain) or \"\"."
+  }
+}
+
 variable "extra_env" {
   description = "Extra environment variables of the epp container, shaped like Kubernetes EnvVar objects: {name, value} or {name, valueFrom}."
   type = list(object({

@@ -51,6 +51,7 @@ func benchSyncer(b *testing.B, n, endpoints int) (*Syncer, []string) {
 		in := &inStream{hello: wire.Hello{Name: rec.id}}
 		s.mu.Lock()
 		in.rec, rec.in = rec, in
+		rec.current.Store(in)
 		s.mu.Unlock()
 		if _, err := s.apply(in, &st, time.Now()); err != nil {
 			b.Fatal(err)

@@ -133,27 +133,31 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 				ev.Values = append(ev.Values, ReplicaValue{Replica: "self", Value: marshal(b.v), AgeSeconds: now.Sub(b.at).Seconds()})
 				counted = append(counted, b.v)
 			}
-			arr := *sl.vals.Load()
+			cells := *sl.cells.Load()
 			for _, m := range ms {
-				if m.idx >= len(arr) {
+				if m.idx >= len(cells) {
 					continue
 				}
-				pv := arr[m.idx].Load()
-				if pv == nil || pv.gen != m.gen {
-					continue
-				}
-				rv := ReplicaValue{Replica: names[m.idx], AgeSeconds: now.Sub(time.Unix(0, pv.at)).Seconds()}
+				c := &cells[m.idx]
+				rv := ReplicaValue{Replica: names[m.idx]}
 				var d any
+				var at int64
+				ok := false
 				if lc != nil {
-					d = pv.value(lc)
+					d, at, ok = c.read(m.gen, lc)
 				}
-				if d != nil {
+				if ok {
 					rv.Value = marshal(d)
 					counted = append(counted, d)
 				} else {
+					raw, rat, present := c.raw(m.gen)
+					if !present {
+						continue
+					}
 					// Not decodable as a local value (none set here yet): the peer's bytes.
-					rv.Value = marshal(map[string]any{"undecoded": pv.raw})
+					rv.Value, at = marshal(map[string]any{"undecoded": raw}), rat
 				}
+				rv.AgeSeconds = now.Sub(time.Unix(0, at)).Seconds()
 				ev.Values = append(ev.Values, rv)
 			}
 			slices.SortFunc(ev.Values, func(a, b ReplicaValue) int { return strings.Compare(a.Replica, b.Replica) })

@@ -2,6 +2,7 @@ package peersync
 
 import (
 	"context"
+	"sync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 	"net/netip"
 	"sync/atomic"
@@ -28,7 +29,14 @@ type peerRec struct {
 	lastHeard atomic.Int64 // unix ns
 	entries   atomic.Int64
 
+	// applyMu serializes the messages of the peer's connections (an old one may still
+	// be applying while a new one starts): a cell has one writer at a time.
+	applyMu sync.Mutex
+
 	in      *inStream // the connection in force
+	current atomic.Pointer[inStream] // the same, for apply: a replaced connection applies nothing more
+	streams int       // attached connections whose goroutine has not ended (an index is reused only after)
+	removed bool      // out of the membership
 	counted int       // values of the generation in force
 	out     *outStream
 	timer   *time.Timer // expiry after a connection ended
@@ -111,6 +119,8 @@ func (s *Syncer) removeLocked(rec *peerRec, cause string) *outStream {
 		s.m.expired.WithLabelValues(cause).Add(float64(rec.counted))
 	}
 	rec.counted = 0
+	rec.removed = true
+	rec.current.Store(nil)
 	if rec.in != nil {
 		rec.in.conn.Close()
 		rec.in = nil
@@ -131,7 +141,11 @@ func (s *Syncer) removeLocked(rec *peerRec, cause string) *outStream {
 	} else {
 		s.byAddr[rec.meta.Address] = list
 	}
-	s.freeIdx = append(s.freeIdx, rec.idx)
+	if rec.streams == 0 {
+		// Otherwise the last connection's goroutine frees it (detach): until then it
+		// may still write the index's cells.
+		s.freeIdx = append(s.freeIdx, rec.idx)
+	}
 	return rec.out
 }
 
@@ -200,6 +214,8 @@ func (s *Syncer) attach(in *inStream, ip string) (*peerRec, string) {
 	}
 	in.rec = rec
 	rec.in = in
+	rec.current.Store(in)
+	rec.streams++
 	return rec, ""
 }
 
@@ -218,10 +234,21 @@ func (s *Syncer) detach(in *inStream) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec := in.rec
-	if rec == nil || rec.in != in {
+	if rec == nil {
+		return
+	}
+	rec.streams--
+	if rec.removed {
+		if rec.streams == 0 {
+			s.freeIdx = append(s.freeIdx, rec.idx)
+		}
+		return
+	}
+	if rec.in != in {
 		return
 	}
 	rec.in = nil
+	rec.current.Store(nil)
 	if in.gen == 0 || rec.valid.Load() != in.gen {
 		return
 	}

@@ -21,7 +21,7 @@ import (
 
 // localEntry is what the push loop knows of one (key, endpoint) this replica set.
 type localEntry struct {
-	index    uint64
+	index    uint64 // on the wire: assigned by the push loop when it first sends it
 	key      *keyState
 	endpoint string
 	slot     *slot
@@ -37,6 +37,8 @@ type localEntry struct {
 // order.
 type pushState struct {
 	seq       uint64
+	nextIndex uint64   // the next entry index never used
+	free      []uint64 // entry indexes whose deletion was sent: reused from the next tick on, so a peer's index space stays as large as the live entries
 	keys      []*keyState
 	live      []*localEntry
 	scratch   []byte
@@ -85,6 +87,13 @@ func (s *Syncer) tick() {
 			delta.Keys = append(delta.Keys, keyDefOf(e.key))
 		}
 		e.defined = true
+		if n := len(p.free); n > 0 {
+			e.index = p.free[n-1]
+			p.free = p.free[:n-1]
+		} else {
+			p.nextIndex++
+			e.index = p.nextIndex
+		}
 		p.live = append(p.live, e)
 		delta.Entries = append(delta.Entries, wire.EntryDef{Index: e.index, Key: e.key.index, Endpoint: e.endpoint})
 	}
@@ -123,9 +132,11 @@ func (s *Syncer) tick() {
 		if bytes.Equal(enc, e.lastBytes) {
 			continue
 		}
-		e.lastBytes = append(e.lastBytes[:0:0], enc...)
+		// The frame copies it before the next tick can change it.
+		e.lastBytes = append(e.lastBytes[:0], enc...)
 		delta.Values = append(delta.Values, wire.ValueDef{Entry: e.index, Data: e.lastBytes})
 	}
+	slices.SortFunc(delta.Values, func(a, b wire.ValueDef) int { return cmpUint64(a.Entry, b.Entry) })
 	deltaFrame := wire.AppendState(nil, &delta)
 	var fullFrame []byte
 	for _, o := range outs {
@@ -142,12 +153,25 @@ func (s *Syncer) tick() {
 			o.send(outFrame{epoch: epochOf(st), data: deltaFrame, built: now}, s)
 		}
 	}
+	// The deleted indexes may be defined again from the next delta on: every peer
+	// in step has this one's deletion first.
+	p.free = append(p.free, delta.Deletes...)
 	if now.Sub(p.lastSweep) > sweepEvery {
 		p.lastSweep = now
 		if n := s.sweep(); n > 0 {
 			s.log.V(1).Info("swept slots that hold nothing", "slots", n)
 		}
 	}
+}
+
+func cmpUint64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
 }
 
 func keyDefOf(k *keyState) wire.KeyDef {
@@ -168,6 +192,7 @@ func (s *Syncer) fullState(seq uint64) []byte {
 			full.Values = append(full.Values, wire.ValueDef{Entry: e.index, Data: e.lastBytes})
 		}
 	}
+	slices.SortFunc(full.Values, func(a, b wire.ValueDef) int { return cmpUint64(a.Entry, b.Entry) })
 	return wire.AppendState(nil, &full)
 }
 

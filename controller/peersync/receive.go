@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 	"io"
 	"net"
@@ -59,7 +60,8 @@ type inStream struct {
 	hello   wire.Hello
 	gen     uint64 // of its latest full state; 0 before one
 	keys    map[uint64]*inKey
-	entries map[uint64]*inEntry
+	entries []inEntry // by entry index (the pusher reuses freed indexes: dense)
+	live    int       // entries defined
 }
 
 type inKey struct {
@@ -200,12 +202,25 @@ func (s *Syncer) reject(reason, msg string, kv ...any) {
 
 var errUndefined = errors.New("refers to an index it never defined")
 
+// entry is the entry defined at idx, or nil.
+func (in *inStream) entry(idx uint64) *inEntry {
+	if idx >= uint64(len(in.entries)) || in.entries[idx].sl == nil {
+		return nil
+	}
+	return &in.entries[idx]
+}
+
 // apply applies one state message of in.
 func (s *Syncer) apply(in *inStream, st *wire.State, now time.Time) (string, error) {
+	in.rec.applyMu.Lock()
+	defer in.rec.applyMu.Unlock()
+	if in.rec.current.Load() != in {
+		return "", nil // replaced by a newer connection, or the peer was removed: its writes are over
+	}
 	if st.Full {
 		in.gen = s.gen.Add(1)
 		in.keys = map[uint64]*inKey{}
-		in.entries = map[uint64]*inEntry{}
+		in.entries, in.live = in.entries[:0], 0
 	} else if in.gen == 0 {
 		return RejectMalformed, errors.New("a delta before any full state")
 	}
@@ -217,16 +232,23 @@ func (s *Syncer) apply(in *inStream, st *wire.State, now time.Time) (string, err
 		if k == nil {
 			return RejectMalformed, errUndefined
 		}
-		if _, ok := in.entries[e.Index]; !ok && len(in.entries) >= s.o.MaxEntries {
-			return RejectTooManyEntries, errors.New("more entries than maxEntries")
+		if e.Index > uint64(s.o.MaxEntries) {
+			return RejectTooManyEntries, fmt.Errorf("entry index %d: more entries than maxEntries (%d)", e.Index, s.o.MaxEntries)
 		}
-		in.entries[e.Index] = &inEntry{key: k, sl: s.slotFor(k.ks, e.Endpoint, true)}
+		i := int(e.Index)
+		if i >= len(in.entries) {
+			in.entries = append(in.entries, make([]inEntry, i+1-len(in.entries))...)
+		}
+		if in.entries[i].sl == nil {
+			in.live++
+		}
+		in.entries[i] = inEntry{key: k, sl: s.slotFor(k.ks, e.Endpoint, true)}
 	}
 	rec := in.rec
 	at := now.UnixNano()
 	s.slotsMu.RLock()
 	for _, v := range st.Values {
-		e := in.entries[v.Entry]
+		e := in.entry(v.Entry)
 		if e == nil {
 			s.slotsMu.RUnlock()
 			return RejectMalformed, errUndefined
@@ -236,22 +258,23 @@ func (s *Syncer) apply(in *inStream, st *wire.State, now time.Time) (string, err
 			e.sl = s.slotFor(e.key.ks, e.sl.endpoint, true)
 			s.slotsMu.RLock()
 		}
-		e.sl.put(rec.idx, &peerValue{gen: in.gen, raw: v.Data, key: e.key.rk, at: at})
+		e.sl.cell(rec.idx).write(in.gen, e.key.rk, v.Data, at)
 	}
 	for _, idx := range st.Deletes {
-		e := in.entries[idx]
+		e := in.entry(idx)
 		if e == nil {
 			s.slotsMu.RUnlock()
 			return RejectMalformed, errUndefined
 		}
 		if !e.sl.removed.Load() {
-			e.sl.put(rec.idx, nil)
+			e.sl.cell(rec.idx).clear()
 		}
-		delete(in.entries, idx)
+		*e = inEntry{}
+		in.live--
 	}
 	s.slotsMu.RUnlock()
 	rec.lastHeard.Store(now.UnixNano())
-	rec.entries.Store(int64(len(in.entries)))
+	rec.entries.Store(int64(in.live))
 	if st.Full {
 		s.mu.Lock()
 		if rec.in == in {
@@ -259,13 +282,13 @@ func (s *Syncer) apply(in *inStream, st *wire.State, now time.Time) (string, err
 				// The peer's earlier state (a previous connection) is replaced whole.
 				s.m.expired.WithLabelValues(causeReplaced).Add(float64(rec.counted))
 			}
-			rec.counted = len(in.entries)
+			rec.counted = in.live
 			s.publishMembersLocked()
 		}
 		s.mu.Unlock()
 	} else if rec.valid.Load() == in.gen {
 		s.mu.Lock()
-		rec.counted = len(in.entries)
+		rec.counted = in.live
 		s.mu.Unlock()
 	}
 	return "", nil

@@ -25,7 +25,7 @@ const (
 	DefaultTTLIntervals    = 3
 	DefaultMaxMessageBytes = 4 << 20
 	DefaultMaxValueBytes   = 4 << 10
-	DefaultMaxEntries      = 1 << 20
+	DefaultMaxEntries      = 1 << 17
 	// MinInterval is the shortest push interval accepted.
 	MinInterval = 10 * time.Millisecond
 )
@@ -95,8 +95,6 @@ type Syncer struct {
 	nextIdx    int
 	pendingNew []*localEntry
 	pendingDel []*localEntry
-	nextEntry  uint64
-	nextKey    uint64
 
 	// slotsMu: RLock to create slots or write peers' values, Lock to grow the
 	// per-peer arrays of every slot or to sweep empty slots.
@@ -127,7 +125,7 @@ type slot struct {
 	key      *keyState
 	endpoint string
 	local    atomic.Pointer[localBox]
-	vals     atomic.Pointer[[]atomic.Pointer[peerValue]]
+	cells    atomic.Pointer[[]cell] // by peer index
 	entry    atomic.Pointer[localEntry] // set once this replica set a value
 	removed  atomic.Bool                // swept or deleted: writers look the slot up again
 }
@@ -135,36 +133,6 @@ type slot struct {
 type localBox struct {
 	v  any
 	at time.Time
-}
-
-// peerValue is one peer's value of a slot, as received; decoded on the first read
-// into the local type.
-type peerValue struct {
-	gen     uint64 // counts while it is the peer's generation in force
-	raw     []byte
-	key     *wire.RemoteKey
-	at      int64 // unix ns
-	decoded atomic.Pointer[decodedValue]
-}
-
-type decodedValue struct {
-	local *wire.Codec
-	v     any
-	err   error
-}
-
-// value returns the value decoded as the local type, or nil when it cannot be.
-func (pv *peerValue) value(local *wire.Codec) any {
-	d := pv.decoded.Load()
-	if d == nil || d.local != local {
-		v, err := pv.key.PlanFor(local).Decode(pv.key, pv.raw)
-		d = &decodedValue{local: local, v: v, err: err}
-		pv.decoded.Store(d)
-	}
-	if d.err != nil {
-		return nil
-	}
-	return d.v
 }
 
 // member is a peer whose values count, as Get sees it: its index and generation in
@@ -230,8 +198,6 @@ func New(o Options) (*Syncer, error) {
 			Start: uint64(o.now().UnixNano()), Nonce: binary.LittleEndian.Uint64(nonce[:])},
 		peers:     map[string]*peerRec{},
 		byAddr:    map[string][]*peerRec{},
-		nextEntry: 1,
-		nextKey:   1,
 		peerCap:   8,
 	}
 	keys := map[string]*keyState{}
@@ -293,8 +259,8 @@ func (s *Syncer) slotFor(k *keyState, endpoint string, create bool) *slot {
 	s.slotsMu.RLock()
 	defer s.slotsMu.RUnlock()
 	sl := &slot{key: k, endpoint: endpoint}
-	vals := make([]atomic.Pointer[peerValue], s.peerCap)
-	sl.vals.Store(&vals)
+	cells := newCells(s.peerCap)
+	sl.cells.Store(&cells)
 	actual, _ := k.slots.LoadOrStore(endpoint, sl)
 	return actual.(*slot)
 }
@@ -326,8 +292,7 @@ func (s *Syncer) Set(key, endpoint string, value any) error {
 		if sl.entry.Load() == nil {
 			s.mu.Lock()
 			if sl.entry.Load() == nil && !sl.removed.Load() {
-				e := &localEntry{index: s.nextEntry, key: k, endpoint: endpoint, slot: sl}
-				s.nextEntry++
+				e := &localEntry{key: k, endpoint: endpoint, slot: sl}
 				sl.entry.Store(e)
 				s.pendingNew = append(s.pendingNew, e)
 			}
@@ -394,17 +359,13 @@ func (s *Syncer) Get(key, endpoint string, aggregate func([]any) any) (any, bool
 		vals = append(vals, local.v)
 	}
 	if lc := k.codec.Load(); lc != nil {
-		arr := *sl.vals.Load()
+		cells := *sl.cells.Load()
 		for _, m := range ms {
-			if m.idx >= len(arr) {
+			if m.idx >= len(cells) {
 				continue
 			}
-			pv := arr[m.idx].Load()
-			if pv == nil || pv.gen != m.gen {
-				continue
-			}
-			if d := pv.value(lc); d != nil {
-				vals = append(vals, d)
+			if v, _, ok := cells[m.idx].read(m.gen, lc); ok {
+				vals = append(vals, v)
 			}
 		}
 	}
@@ -414,11 +375,9 @@ func (s *Syncer) Get(key, endpoint string, aggregate func([]any) any) (any, bool
 	return aggregate(vals), true
 }
 
-// put stores pv (nil: removes) as peer idx's value of sl. The caller holds
-// slotsMu.RLock, and idx < peerCap.
-func (sl *slot) put(idx int, pv *peerValue) {
-	arr := *sl.vals.Load()
-	arr[idx].Store(pv)
+// cell is peer idx's cell of sl. The caller holds slotsMu.RLock, and idx < peerCap.
+func (sl *slot) cell(idx int) *cell {
+	return &(*sl.cells.Load())[idx]
 }
 
 // growSlots makes every slot hold at least n peers' values.
@@ -435,12 +394,12 @@ func (s *Syncer) growSlots(n int) {
 	for _, k := range *s.keys.Load() {
 		k.slots.Range(func(_, v any) bool {
 			sl := v.(*slot)
-			old := *sl.vals.Load()
-			next := make([]atomic.Pointer[peerValue], newCap)
+			old := *sl.cells.Load()
+			next := newCells(newCap)
 			for i := range old {
-				next[i].Store(old[i].Load())
+				next[i].copyFrom(&old[i])
 			}
-			sl.vals.Store(&next)
+			sl.cells.Store(&next)
 			return true
 		})
 	}
@@ -463,8 +422,9 @@ func (s *Syncer) sweep() int {
 			if sl.local.Load() != nil {
 				return true
 			}
-			for i := range *sl.vals.Load() {
-				if pv := (*sl.vals.Load())[i].Load(); pv != nil && valid[pv.gen] {
+			cells := *sl.cells.Load()
+			for i := range cells {
+				if cells[i].holds(valid) {
 					return true
 				}
 			}

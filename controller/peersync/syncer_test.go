@@ -400,3 +400,47 @@ func TestSetRefusesWhatCannotBeShared(t *testing.T) {
 		t.Error("a syncer without a name was accepted")
 	}
 }
+
+// TestEndpointChurn: endpoints deleted and others set, over and over; every
+// replica's sums stay right, and the indexes on the wire are reused, so what a peer
+// holds per connection stays as large as the live endpoints.
+func TestEndpointChurn(t *testing.T) {
+	rs := newCluster(t, 2)
+	const key = "k"
+	live := map[string]bool{}
+	next := 0
+	for round := range 5 {
+		for range 20 {
+			ep := fmt.Sprintf("ns/e-%d", next)
+			next++
+			live[ep] = true
+			for _, r := range rs {
+				if err := r.s.Set(key, ep, &load{Requests: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		n := 0
+		for ep := range live {
+			if n++; n > 10 {
+				break
+			}
+			delete(live, ep)
+			for _, r := range rs {
+				r.s.Delete(key, ep)
+			}
+		}
+		for ep := range live {
+			waitSum(t, 2*time.Second, rs, key, ep, 2)
+		}
+		t.Logf("round %d: %d live endpoints", round, len(live))
+	}
+	time.Sleep(3 * testInterval)
+	rs[0].s.mu.Lock()
+	rec := rs[0].s.peers["ns/"+rs[1].name]
+	width := len(rec.in.entries)
+	rs[0].s.mu.Unlock()
+	if width > len(live)+20+1 {
+		t.Errorf("replica 0 holds %d entry slots for replica 1's %d live endpoints: indexes are not reused (replica 1 used %d, %d free)", width, len(live), rs[1].s.push.nextIndex, len(rs[1].s.push.free))
+	}
+}

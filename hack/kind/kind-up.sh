@@ -121,7 +121,13 @@ if [ "$count" -gt 1 ]; then
       read -r oname ocidr oip <<< "$other"
       [ "$oname" = "$name" ] || docker exec "$name" ip route replace "$ocidr" via "$oip"
     done
-    sed "s#10.244.0.0/24#$cidr#" "$here/node/10-bridge.conflist" > "$state/cni/$name/.10-bridge.conflist"
+    # Pod to pod without masquerading, as real CNIs route it (peer sync admits only
+    # the peers' own addresses); what leaves the pod network is masqueraded by the
+    # node (as kindnetd does), not by the bridge plugin, which would hide a pod
+    # behind its node's address for any destination outside the node's own /24.
+    sed -e "s#10.244.0.0/24#$cidr#" -e 's#"ipMasq": true#"ipMasq": false#' "$here/node/10-bridge.conflist" > "$state/cni/$name/.10-bridge.conflist"
+    docker exec "$name" sh -c 'iptables -t nat -C POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -j MASQUERADE 2>/dev/null ||
+      iptables -t nat -A POSTROUTING -s 10.244.0.0/16 ! -d 10.244.0.0/16 -j MASQUERADE'
     mv "$state/cni/$name/.10-bridge.conflist" "$state/cni/$name/10-bridge.conflist"
     echo "kind-up: node $name: pods in $cidr, address $ip"
   done

@@ -372,3 +372,32 @@ run "outputs_follow_values_that_override_the_variables" {
     error_message = "values that turn peer discovery off and rename the objects must show in the outputs"
   }
 }
+
+run "state_sync_on" {
+  command = plan
+
+  variables {
+    peer_discovery_enabled     = true
+    state_sync_enabled         = true
+    state_sync_interval        = "100ms"
+    state_sync_tls_secret_name = "epp-peer-sync-tls"
+  }
+
+  assert {
+    condition = yamldecode(helm_release.this.values[0]).router.epp.stateSync == {
+      enabled  = true
+      interval = "100ms"
+      tls      = { secretName = "epp-peer-sync-tls" }
+    }
+    error_message = "state sync on must hand enabled=true, the interval and the TLS Secret to the chart"
+  }
+}
+
+run "state_sync_is_off_by_default" {
+  command = plan
+
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.stateSync.enabled == false
+    error_message = "stateSync.enabled must be false by default"
+  }
+}

@@ -122,8 +122,41 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $plugins = append $plugins (dict "name" (include "epp.pluginName" $root) "type" $type) -}}
 {{- $_ := set $cfg "plugins" $plugins -}}
 {{- $_ := set $dl "peerDiscovery" (dict "pluginRef" (include "epp.pluginName" $root)) -}}
+{{- $ss := $root.Values.router.epp.stateSync -}}
+{{- if $ss.enabled }}
+{{- if $dl.crossReplicaSyncerPluginRef }}
+{{- fail (printf "router.epp: the EPP configuration %s already sets dataLayer.crossReplicaSyncerPluginRef; with router.epp.stateSync.enabled=true the chart adds its syncer: remove it from the file" $file) }}
+{{- end }}
+{{- $plugins = append $plugins (dict "name" (include "epp.syncerName" $root) "type" "peer-syncer" "parameters" (dict "peerDiscoveryRef" (include "epp.pluginName" $root) "interval" $ss.interval)) -}}
+{{- $_ := set $cfg "plugins" $plugins -}}
+{{- $_ := set $dl "crossReplicaSyncerPluginRef" (include "epp.syncerName" $root) -}}
+{{- $_ := set $dl "crossReplicaSyncInterval" $ss.interval -}}
+{{- end }}
 {{- $_ := set $cfg "dataLayer" $dl -}}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/* The cross-replica syncer's plugin name. */}}
+{{- define "epp.syncerName" -}}peer-syncer{{- end }}
+
+{{/* Where the mTLS Secret of state sync is mounted. */}}
+{{- define "epp.syncTLSDir" -}}/var/run/epp-peer-sync-tls{{- end }}
+
+{{/* Checks of router.epp.stateSync: it needs peer discovery in mode epp, and an interval of at least 10ms. */}}
+{{- define "epp.checkStateSync" -}}
+{{- $ss := .Values.router.epp.stateSync -}}
+{{- if $ss.enabled -}}
+{{- if not .Values.router.epp.peerDiscovery.enabled -}}
+{{- fail "router.epp.stateSync.enabled=true needs router.epp.peerDiscovery.enabled=true: the syncer shares state with the discovered peers" -}}
+{{- end -}}
+{{- if include "epp.sidecar" . -}}
+{{- fail "router.epp.stateSync.enabled=true needs router.epp.peerDiscovery.mode=epp: the syncer is a plugin of llm-d-router's EPP, not of the sidecar" -}}
+{{- end -}}
+{{- $s := include "epp.seconds" $ss.interval | float64 -}}
+{{- if lt $s 0.01 -}}
+{{- fail (printf "router.epp.stateSync.interval=%q: want at least 10ms" $ss.interval) -}}
+{{- end -}}
+{{- end -}}
 {{- end }}
 
 {{/* The env of the peer-discovery plugin (mode epp): its settings, which the plugin reads where its configuration entry leaves them out. */}}
@@ -150,9 +183,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 - name: EPP_PEER_DEBUG_ADDRESS
   value: {{ printf ":%v" $pd.debugPort | quote }}
-{{- with $pd.probeInterval }}
+{{- if or $pd.probeInterval .Values.router.epp.stateSync.enabled }}
 - name: EPP_PEER_SYNC_ADDRESS
   value: {{ printf ":%v" $pd.port | quote }}
+{{- end }}
+{{- if and .Values.router.epp.stateSync.enabled .Values.router.epp.stateSync.tls.secretName }}
+- name: EPP_PEER_SYNC_TLS_DIR
+  value: {{ include "epp.syncTLSDir" . | quote }}
 {{- end }}
 {{- end }}
 
@@ -325,7 +362,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $total }}
 {{- end }}
 
-{{/* The chart's EPP configuration, llm-d-router's default: queue, KV-cache and prefix-cache scorers on the model servers' metrics. */}}
+{{/* The chart's EPP configuration, llm-d-router's default: queue, KV-cache and prefix-cache scorers on the model servers' metrics; with stateSync, also the scorer of in-flight requests (active-request-scorer), whose load the syncer shares. */}}
 {{- define "epp.defaultConfig" -}}
 apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
@@ -333,6 +370,9 @@ plugins:
   - type: queue-scorer
   - type: kv-cache-utilization-scorer
   - type: prefix-cache-scorer
+  {{- if .Values.router.epp.stateSync.enabled }}
+  - type: active-request-scorer
+  {{- end }}
   - type: metrics-data-source
   - type: core-metrics-extractor
 schedulingProfiles:
@@ -344,4 +384,8 @@ schedulingProfiles:
         weight: 2
       - pluginRef: prefix-cache-scorer
         weight: 3
+      {{- if .Values.router.epp.stateSync.enabled }}
+      - pluginRef: active-request-scorer
+        weight: 2
+      {{- end }}
 {{- end }}

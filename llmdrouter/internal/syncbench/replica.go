@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
+	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
+	attrconcurrency "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/attribute/concurrency"
+	crossplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/cross_plugin"
+	"github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/requestcontrol/dataproducer/inflightload"
+	"github.com/llm-d/llm-d-router/pkg/epp/statesync"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peersyncer"
+)
+
+// clock is what each replica publishes once per interval under clockKey, so that
+// every other replica can time how long a value takes to become visible.
+type clock struct {
+	Replica int64
+	Seq     int64
+	At      int64 // unix ns, this machine's clock
+}
+
+const clockKey = "bench:clock"
+
+// replicaMain is one EPP replica's data layer as the runtime drives it: the plugins
+// built through upstream's registry and handle, the discovery started as the
+// wiring starts it, Set for every endpoint once per interval with a fresh value
+// (as the cross-replica publisher does), and Get of every endpoint's aggregate for
+// each scheduling decision.
+func replicaMain(args []string) error {
+	fs := flag.NewFlagSet("replica", flag.ExitOnError)
+	syncer := fs.String("syncer", "peer", "peer (peer-syncer) or local (upstream's LocalSyncer)")
+	endpoints := fs.Int("endpoints", 100, "endpoints whose in-flight load is published")
+	interval := fs.Duration("interval", 200*time.Millisecond, "crossReplicaSyncInterval")
+	decisions := fs.Int("decisions", 20, "scheduling decisions per second, each reading every endpoint's aggregate")
+	service := fs.String("service", "epp", "the EPP Service")
+	syncAddr := fs.String("sync-address", "", "peer-sync address")
+	httpAddr := fs.String("http-address", "", "where /metrics and /status are served")
+	index := fs.Int64("index", 0, "this replica's index")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer cancel()
+	llmdrouter.Register()
+	handle := fwkplugin.NewEppHandle(ctx, nil, fwkplugin.WithMetricsRecorder(ctrlmetrics.Registry))
+	pdParams, _ := json.Marshal(map[string]string{"service": *service, "peerSyncAddress": *syncAddr})
+	pd, err := fwkplugin.Registry[peerdiscovery.EndpointSliceType]("peer-discovery", json.NewDecoder(strings.NewReader(string(pdParams))), handle)
+	if err != nil {
+		return err
+	}
+	handle.AddPlugin("peer-discovery", pd)
+	producer, err := inflightload.InFlightLoadProducerFactory("inflight", nil, handle)
+	if err != nil {
+		return err
+	}
+	spec := producer.(fwkdl.CrossReplicaContributor).CrossReplicaState()
+	var s fwkdl.CrossReplicaSyncer
+	switch *syncer {
+	case "peer":
+		p, err := fwkplugin.Registry[peersyncer.Type]("peer-syncer", json.NewDecoder(strings.NewReader(
+			fmt.Sprintf(`{"peerDiscoveryRef": "peer-discovery", "interval": %q}`, interval.String()))), handle)
+		if err != nil {
+			return err
+		}
+		s = p.(fwkdl.CrossReplicaSyncer)
+	case "local":
+		p, err := crossplugin.LocalSyncerFactory("local-syncer", nil, handle)
+		if err != nil {
+			return err
+		}
+		s = p.(fwkdl.CrossReplicaSyncer)
+	default:
+		return fmt.Errorf("--syncer=%q: want peer or local", *syncer)
+	}
+	store := statesync.NewMemoryPeerStore()
+	go func() { _ = pd.(fwkdl.PeerDiscovery).Start(ctx, fwkdl.NewPeerNotifier(store)) }()
+
+	eps := make([]string, *endpoints)
+	for i := range eps {
+		eps[i] = fmt.Sprintf("llm/vllm-%04d", i)
+	}
+	lat := &latencies{seen: map[int64]int64{}}
+	go publish(ctx, s, spec, eps, *interval, *index)
+	go schedule(ctx, s, spec, eps, *decisions)
+	// Both syncers get the same watcher, so that it costs them the same (with
+	// LocalSyncer it only ever sees this replica's own clock).
+	go watchClocks(ctx, s, lat, *index)
+
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(ctrlmetrics.Registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile) // to see where a replica's CPU goes
+	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
+		st := status{Ready: isReady(pd), Peers: len(store.Peers())}
+		if p, ok := s.(*peersyncer.Plugin); ok {
+			doc := p.Syncer().Document("none", "")
+			for _, ps := range doc.Peers {
+				if ps.InSync {
+					st.InSync++
+				}
+			}
+		}
+		if r.URL.Query().Get("reset") == "1" {
+			st.Latencies = lat.take()
+		}
+		_ = json.NewEncoder(w).Encode(st)
+	})
+	srv := &http.Server{Addr: *httpAddr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { <-ctx.Done(); _ = srv.Close() }()
+	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}
+
+type status struct {
+	Ready     bool    `json:"ready"`
+	Peers     int     `json:"peers"`
+	InSync    int     `json:"inSync"`
+	Latencies []int64 `json:"latencies,omitempty"` // ns, since the last reset
+}
+
+func isReady(pd fwkplugin.Plugin) bool {
+	select {
+	case <-pd.(fwkdl.PeerDiscovery).Ready():
+		return true
+	default:
+		return false
+	}
+}
+
+// publish is the cross-replica publisher: every interval, Set each endpoint's fresh
+// snapshot (here every value changes every interval: the most a push can carry).
+func publish(ctx context.Context, s fwkdl.CrossReplicaSyncer, spec fwkdl.CrossReplicaSpec, eps []string, interval time.Duration, index int64) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for tick := int64(0); ; tick++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for i, ep := range eps {
+			v := &attrconcurrency.InFlightLoad{Requests: (tick + int64(i)) % 7, Tokens: (tick*31 + int64(i)) % 4096}
+			_ = s.Set(ctx, spec.StateKey, ep, fwkdl.Cloneable(v))
+		}
+		_ = s.Set(ctx, clockKey, "clock", &clock{Replica: index, Seq: tick, At: time.Now().UnixNano()})
+	}
+}
+
+// schedule reads every endpoint's aggregate, decisions times a second, as the
+// scorers do on each request.
+func schedule(ctx context.Context, s fwkdl.CrossReplicaSyncer, spec fwkdl.CrossReplicaSpec, eps []string, decisions int) {
+	if decisions <= 0 {
+		return
+	}
+	t := time.NewTicker(time.Second / time.Duration(decisions))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, ep := range eps {
+			_, _, _ = s.Get(ctx, spec.StateKey, ep, spec.Aggregate)
+		}
+	}
+}
+
+type latencies struct {
+	mu   sync.Mutex
+	seen map[int64]int64 // replica -> last seq seen
+	all  []int64
+}
+
+func (l *latencies) take() []int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := slices.Clone(l.all)
+	l.all = l.all[:0]
+	return out
+}
+
+// watchClocks reads the other replicas' clocks every 2 ms: a clock value seen for
+// the first time took now - At (less up to 2 ms) to become visible here.
+func watchClocks(ctx context.Context, s fwkdl.CrossReplicaSyncer, l *latencies, index int64) {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	collect := func(vs []any) any { return slices.Clone(vs) }
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		v, ok, _ := s.Get(ctx, clockKey, "clock", collect)
+		if !ok {
+			continue
+		}
+		now := time.Now().UnixNano()
+		vs, ok := v.([]any)
+		if !ok {
+			vs = []any{v} // LocalSyncer returns its one value, not the aggregate
+		}
+		l.mu.Lock()
+		for _, x := range vs {
+			c, ok := x.(*clock)
+			if !ok || c.Replica == index {
+				continue
+			}
+			if last, ok := l.seen[c.Replica]; !ok || c.Seq > last {
+				if ok { // the first value seen of a replica may be old: not timed
+					l.all = append(l.all, now-c.At)
+				}
+				l.seen[c.Replica] = c.Seq
+			}
+		}
+		l.mu.Unlock()
+	}
+}

@@ -1,0 +1,411 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+)
+
+type runOptions struct {
+	replicas  []int
+	endpoints []int
+	window    time.Duration
+	warmup    time.Duration
+	interval  time.Duration
+	write     string
+	smoke     bool
+}
+
+// result is one (syncer, replicas, endpoints) measurement.
+type result struct {
+	syncer     string
+	replicas   int
+	endpoints  int
+	cpuMean    float64 // share of one core, per replica
+	cpuMax     float64
+	bytesPerS  float64 // sent, per replica
+	perEPPush  float64 // bytes per endpoint per push
+	visibleP50 time.Duration
+	visibleP99 time.Duration
+	samples    int
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q: want positive integers, comma-separated", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func runMain(args []string) error {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	replicas := fs.String("replicas", "3,10,30", "replica counts")
+	endpoints := fs.String("endpoints", "100,1000", "endpoint counts")
+	var o runOptions
+	fs.DurationVar(&o.window, "window", 10*time.Second, "measurement window per case")
+	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "time after every replica is in sync before measuring")
+	fs.DurationVar(&o.interval, "interval", 200*time.Millisecond, "crossReplicaSyncInterval")
+	fs.StringVar(&o.write, "write", "", "write the table into this markdown file, between the sync-bench markers")
+	fs.BoolVar(&o.smoke, "smoke", false, "a short run that fails when the syncer does not share state")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var err error
+	if o.replicas, err = parseInts(*replicas); err != nil {
+		return fmt.Errorf("--replicas=%w", err)
+	}
+	if o.endpoints, err = parseInts(*endpoints); err != nil {
+		return fmt.Errorf("--endpoints=%w", err)
+	}
+	for _, n := range o.replicas {
+		if n > 200 {
+			return fmt.Errorf("--replicas: %d is more than the namespace's addresses allow (200)", n)
+		}
+	}
+	netns.Isolate("syncbench")
+	env, err := testenv.Start(testenv.WithoutFsync())
+	if err != nil {
+		return err
+	}
+	defer env.Stop()
+	start := time.Now()
+	var results []result
+	for _, n := range o.replicas {
+		for _, e := range o.endpoints {
+			// Alternate which syncer goes first, so that neither always runs on a
+			// warmer or a colder API server.
+			order := []string{"local", "peer"}
+			if len(results)/2%2 == 1 {
+				order = []string{"peer", "local"}
+			}
+			for _, syncer := range order {
+				r, err := measure(env, o, syncer, n, e)
+				if err != nil {
+					return fmt.Errorf("%s syncer, %d replicas, %d endpoints: %w", syncer, n, e, err)
+				}
+				fmt.Fprintf(os.Stderr, "syncbench: %-5s %2d replicas %5d endpoints: CPU %.2f%% (max %.2f%%) of a core, %.0f B/s sent, %.1f B per endpoint per push, visible p50 %v p99 %v (%d)\n",
+					syncer, n, e, 100*r.cpuMean, 100*r.cpuMax, r.bytesPerS, r.perEPPush, r.visibleP50, r.visibleP99, r.samples)
+				results = append(results, r)
+			}
+		}
+	}
+	table := report(o, results, time.Since(start))
+	fmt.Println(table)
+	if o.smoke {
+		return smokeCheck(o, results)
+	}
+	if o.write != "" {
+		return writeBetween(o.write, table)
+	}
+	return nil
+}
+
+// smokeCheck fails when peer-syncer did not share: no value became visible on
+// another replica, or nothing was sent.
+func smokeCheck(o runOptions, rs []result) error {
+	var errs []error
+	for _, r := range rs {
+		if r.syncer != "peer" {
+			continue
+		}
+		if r.samples == 0 {
+			errs = append(errs, fmt.Errorf("%d replicas: no value of a replica became visible on another", r.replicas))
+		}
+		if r.perEPPush <= 0 {
+			errs = append(errs, fmt.Errorf("%d replicas: nothing was sent", r.replicas))
+		}
+		if r.visibleP99 > 5*o.interval {
+			errs = append(errs, fmt.Errorf("%d replicas: values took %v (p99) to become visible, more than 5 intervals", r.replicas, r.visibleP99))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+type benchProc struct {
+	cmd  *exec.Cmd
+	http string
+	out  *bytes.Buffer
+}
+
+func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (result, error) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "syncbench", nil)
+	if err != nil {
+		return result{}, err
+	}
+	defer func() { _ = env.Clientset.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
+	kubeconfig := filepath.Join(os.TempDir(), "syncbench-"+ns+".kubeconfig")
+	if err := testenv.WriteKubeconfig(env.Config, kubeconfig); err != nil {
+		return result{}, err
+	}
+	defer os.Remove(kubeconfig)
+	self, err := os.Executable()
+	if err != nil {
+		return result{}, err
+	}
+	var procs []*benchProc
+	defer func() {
+		for _, p := range procs {
+			_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		}
+		for _, p := range procs {
+			done := make(chan struct{})
+			go func() { _ = p.cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = p.cmd.Process.Kill()
+			}
+		}
+	}()
+	for i := range n {
+		ip := netns.Addr(10 + i)
+		port, err := freePort(ip)
+		if err != nil {
+			return result{}, err
+		}
+		httpPort, err := freePort("127.0.0.1")
+		if err != nil {
+			return result{}, err
+		}
+		pod := fmt.Sprintf("epp-%d", i)
+		s := slicegen.Slice(fmt.Sprintf("epp-r%d", i), slicegen.Namespace(ns), slicegen.Ports("peer-sync", port), slicegen.Pod(pod, ip))
+		s.Annotations = map[string]string{discoveryv1.LabelManagedBy: "syncbench"}
+		if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+			return result{}, err
+		}
+		p := &benchProc{http: net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)), out: &bytes.Buffer{}}
+		p.cmd = exec.Command(self, "replica", "--syncer="+syncer, "--endpoints="+strconv.Itoa(endpoints), "--interval="+o.interval.String(),
+			"--sync-address="+net.JoinHostPort(ip, strconv.Itoa(port)), "--http-address="+p.http, "--index="+strconv.Itoa(i))
+		p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAME="+pod, "POD_IP="+ip, "NAMESPACE="+ns, "GOMAXPROCS=2")
+		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+		if err := p.cmd.Start(); err != nil {
+			return result{}, err
+		}
+		procs = append(procs, p)
+	}
+	// Ready: discovery synced, and (peer-syncer) every peer in sync.
+	deadline := time.Now().Add(60 * time.Second)
+	for _, p := range procs {
+		for {
+			st, err := p.status(false)
+			if err == nil && st.Ready && st.Peers == n-1 && (syncer == "local" || st.InSync == n-1) {
+				break
+			}
+			if time.Now().After(deadline) {
+				return result{}, fmt.Errorf("replica %s not in sync after 60 s (%+v, %v); output:\n%s", p.http, st, err, tail(p.out))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	time.Sleep(o.warmup)
+	cpu0 := make([]time.Duration, n)
+	sent0 := make([]float64, n)
+	for i, p := range procs {
+		if _, err := p.status(true); err != nil { // resets the latencies
+			return result{}, fmt.Errorf("%w; the replica's output:\n%s", err, tail(p.out))
+		}
+		if cpu0[i], err = cpuOf(p.cmd.Process.Pid); err != nil {
+			return result{}, err
+		}
+		if sent0[i], err = p.sentBytes(); err != nil {
+			return result{}, err
+		}
+	}
+	t0 := time.Now()
+	time.Sleep(o.window)
+	wall := time.Since(t0)
+	r := result{syncer: syncer, replicas: n, endpoints: endpoints}
+	var lat []int64
+	var sent float64
+	for i, p := range procs {
+		c, err := cpuOf(p.cmd.Process.Pid)
+		if err != nil {
+			return result{}, err
+		}
+		share := float64(c-cpu0[i]) / float64(wall)
+		r.cpuMean += share / float64(n)
+		r.cpuMax = max(r.cpuMax, share)
+		s, err := p.sentBytes()
+		if err != nil {
+			return result{}, err
+		}
+		sent += s - sent0[i]
+		st, err := p.status(true)
+		if err != nil {
+			return result{}, fmt.Errorf("%w; the replica's output:\n%s", err, tail(p.out))
+		}
+		lat = append(lat, st.Latencies...)
+	}
+	r.bytesPerS = sent / float64(n) / wall.Seconds()
+	if n > 1 {
+		pushes := wall.Seconds() / o.interval.Seconds() * float64(n-1) // per replica
+		r.perEPPush = r.bytesPerS * wall.Seconds() / pushes / float64(endpoints)
+	}
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		r.samples = len(lat)
+		r.visibleP50 = time.Duration(lat[len(lat)/2]).Round(time.Millisecond)
+		r.visibleP99 = time.Duration(lat[min(len(lat)-1, len(lat)*99/100)]).Round(time.Millisecond)
+	}
+	return r, nil
+}
+
+func tail(b *bytes.Buffer) string {
+	s := b.String()
+	if len(s) > 4000 {
+		s = s[len(s)-4000:]
+	}
+	return s
+}
+
+func freePort(ip string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+var client = &http.Client{Timeout: 5 * time.Second}
+
+func (p *benchProc) status(reset bool) (status, error) {
+	var st status
+	url := "http://" + p.http + "/status"
+	if reset {
+		url += "?reset=1"
+	}
+	resp, err := client.Get(url)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// sentBytes is the replica's epp_peer_sync_sent_bytes_total (0 for LocalSyncer).
+func (p *benchProc) sentBytes() (float64, error) {
+	resp, err := client.Get("http://" + p.http + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "epp_peer_sync_sent_bytes_total{") {
+			f := strings.Fields(line)
+			return strconv.ParseFloat(f[len(f)-1], 64)
+		}
+	}
+	return 0, sc.Err()
+}
+
+// cpuOf is the process's CPU time: utime+stime from /proc/<pid>/stat.
+func cpuOf(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * (time.Second / 100), nil
+}
+
+const (
+	beginMarker = "<!-- sync-bench:begin (generated by `make bench-sync`, do not edit) -->"
+	endMarker   = "<!-- sync-bench:end -->"
+)
+
+func report(o runOptions, rs []result, took time.Duration) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by `make bench-sync`: per case a window of %v after every replica was in sync; interval %v; every endpoint's value changed every interval; 20 scheduling decisions a second, each reading every endpoint's aggregate. The whole bench took %v.\n\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, o.window, o.interval, took.Round(time.Second))
+	sb.WriteString("| replicas | endpoints | CPU per replica, LocalSyncer | CPU per replica, peer-syncer | sharing costs (difference) | sent per replica | bytes per endpoint per push | visible on another replica, p50 / p99 |\n")
+	sb.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	find := func(s string, n, e int) *result {
+		for i := range rs {
+			if rs[i].syncer == s && rs[i].replicas == n && rs[i].endpoints == e {
+				return &rs[i]
+			}
+		}
+		return nil
+	}
+	for _, n := range o.replicas {
+		for _, e := range o.endpoints {
+			l, p := find("local", n, e), find("peer", n, e)
+			if l == nil || p == nil {
+				continue
+			}
+			fmt.Fprintf(&sb, "| %d | %s | %.2f%% (max %.2f%%) | %.2f%% (max %.2f%%) | %+.2f%% of a core | %s/s | %.1f | %v / %v |\n",
+				n, commas(e), 100*l.cpuMean, 100*l.cpuMax, 100*p.cpuMean, 100*p.cpuMax, 100*(p.cpuMean-l.cpuMean), bytesString(p.bytesPerS), p.perEPPush, p.visibleP50, p.visibleP99)
+		}
+	}
+	return sb.String()
+}
+
+func commas(n int) string {
+	s := strconv.Itoa(n)
+	if len(s) <= 3 {
+		return s
+	}
+	return s[:len(s)-3] + "," + s[len(s)-3:]
+}
+
+func bytesString(b float64) string {
+	switch {
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+// writeBetween replaces what lies between the markers in path with table.
+func writeBetween(path, table string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %q ... %q section", path, beginMarker, endMarker)
+	}
+	s = s[:i+len(beginMarker)] + "\n" + table + s[j:]
+	return os.WriteFile(path, []byte(s), 0o644)
+}
