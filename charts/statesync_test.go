@@ -32,15 +32,6 @@ func syncerEntry(t *testing.T, r rendered) (entry map[string]any, ref, interval 
 	return entry, ref, interval, profile
 }
 
-func envValue(c corev1.Container, name string) (string, bool) {
-	for _, e := range c.Env {
-		if e.Name == name {
-			return e.Value, true
-		}
-	}
-	return "", false
-}
-
 // TestStateSync: router.epp.stateSync.enabled=true adds the syncer to the EPP's
 // configuration (and the in-flight scorer to the chart's default one), hands it the
 // peer-sync port, and never a flag; with tls.secretName the Secret is mounted and

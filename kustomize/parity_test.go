@@ -68,6 +68,7 @@ func containerViews(cs []corev1.Container) []containerView {
 		// The env as a set too: strategic merge puts added variables first, the chart
 		// after its own, and nothing refers to another variable.
 		c.Env = slices.SortedFunc(slices.Values(c.Env), func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
+		c.VolumeMounts = slices.SortedFunc(slices.Values(c.VolumeMounts), func(a, b corev1.VolumeMount) int { return strings.Compare(a.Name, b.Name) })
 		out = append(out, containerView{
 			Name: c.Name, Image: c.Image, PullPolicy: c.ImagePullPolicy, RestartPolicy: c.RestartPolicy, Flags: flags(c.Args),
 			Env: c.Env, Ports: c.Ports, Probes: []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe},
@@ -104,7 +105,9 @@ func views(objs []client.Object) map[string]view {
 		case *appsv1.Deployment:
 			p := o.Spec.Template.Spec
 			v.Replicas, v.ServiceAccountName, v.AutomountToken, v.PodSecurity = o.Spec.Replicas, p.ServiceAccountName, p.AutomountServiceAccountToken, p.SecurityContext
-			v.Containers, v.InitContainers, v.Volumes = containerViews(p.Containers), containerViews(p.InitContainers), p.Volumes
+			// Volumes as a set too: strategic merge puts added ones first.
+			v.Containers, v.InitContainers = containerViews(p.Containers), containerViews(p.InitContainers)
+			v.Volumes = slices.SortedFunc(slices.Values(p.Volumes), func(a, b corev1.Volume) int { return strings.Compare(a.Name, b.Name) })
 		case *corev1.Service:
 			// As a set, in the order of names: components add ports in their order.
 			v.ServicePorts = slices.SortedFunc(slices.Values(o.Spec.Ports), func(a, b corev1.ServicePort) int { return strings.Compare(a.Name, b.Name) })
