@@ -216,7 +216,7 @@ kind-down: ## Delete the kind cluster and remove the DOCKER-USER fence.
 e2e-kind: e2e-tools kind $(BIN)/epp-runc ## End to end on kind: docker-up, kind-up, the images (epp, llm-d-router's EPP), the suite, then kind-down/docker-down (KEEP_CLUSTER=1 keeps them).
 	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && UPSTREAM_TREE="$$tree" \
 	  KIND=$(KIND) KIND_CLUSTER=$(KIND_CLUSTER) IMAGE=$(IMAGE) LLMD_IMAGE=$(LLMD_IMAGE) E2E_TIMEOUT=$(E2E_TIMEOUT) TF_CLI_CONFIG_FILE=$(TF_RC) \
-	  DOCKER_STATE=$(DOCKER_STATE) KIND_STATE=$(KIND_STATE) EPP_BIN=$(BIN)/epp LLMD_EPP=$(LLMD_EPP) hack/kind/e2e.sh
+	  DOCKER_STATE=$(DOCKER_STATE) KIND_STATE=$(KIND_STATE) EPP_BIN=$(BIN)/epp LLMD_EPP=$(LLMD_EPP) LLMD_WORK=$(LLMD_WORK) hack/kind/e2e.sh
 
 ##@ Quality
 # Go modules of the repository: the library (root), the llm-d-router module and the

@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 	"net"
 	"reflect"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )

@@ -30,7 +30,9 @@ type cell struct {
 }
 
 type decodedValue struct {
-	seq   uint64
+	seq   uint64 // the cell's seq when it was decoded: valid while the seq stays so
+	gen   uint64
+	at    int64
 	local *wire.Codec
 	v     any
 	err   error
@@ -45,24 +47,34 @@ func newCells(n int) []cell {
 }
 
 // write stores a value of generation gen.
+// Stores are full barriers on most machines: fields that keep their value are
+// only loaded, and only the words the value needs are written.
 func (c *cell) write(gen uint64, key *wire.RemoteKey, raw []byte, at int64) {
 	s := c.seq.Load()
 	c.seq.Store(s + 1)
-	c.gen.Store(gen)
+	if c.gen.Load() != gen {
+		c.gen.Store(gen)
+	}
 	c.at.Store(at)
-	c.key.Store(key)
+	if c.key.Load() != key {
+		c.key.Store(key)
+	}
 	if len(raw) <= inlineWords*8 {
 		var buf [inlineWords * 8]byte
 		copy(buf[:], raw)
-		for i := range inlineWords {
+		for i := range (len(raw) + 7) / 8 {
 			c.w[i].Store(leUint64(buf[i*8:]))
 		}
-		c.big.Store(nil)
+		if c.big.Load() != nil {
+			c.big.Store(nil)
+		}
 	} else {
 		b := append([]byte(nil), raw...)
 		c.big.Store(&b)
 	}
-	c.n.Store(int32(len(raw)))
+	if n := int32(len(raw)); c.n.Load() != n {
+		c.n.Store(n)
+	}
 	c.seq.Store(s + 2)
 }
 
@@ -92,6 +104,15 @@ func (c *cell) copyFrom(o *cell) {
 // read returns the value if it belongs to generation gen, decoded as local, and
 // when it arrived.
 func (c *cell) read(gen uint64, local *wire.Codec) (any, int64, bool) {
+	// The common case: decoded already, and not written since (a decoding is made
+	// from a consistent read at its seq, and every write moves the seq).
+	s0 := c.seq.Load()
+	if d := c.dec.Load(); d != nil && d.seq == s0 && d.local == local {
+		if d.gen != gen {
+			return nil, 0, false
+		}
+		return d.v, d.at, d.err == nil
+	}
 	for spins := 0; ; spins++ {
 		s1 := c.seq.Load()
 		if s1&1 != 0 {
@@ -107,12 +128,6 @@ func (c *cell) read(gen uint64, local *wire.Codec) (any, int64, bool) {
 			continue
 		}
 		at := c.at.Load()
-		if d := c.dec.Load(); d != nil && d.seq == s1 && d.local == local {
-			if c.seq.Load() == s1 {
-				return d.v, at, d.err == nil
-			}
-			continue
-		}
 		n := c.n.Load()
 		key := c.key.Load()
 		var raw []byte
@@ -129,7 +144,7 @@ func (c *cell) read(gen uint64, local *wire.Codec) (any, int64, bool) {
 			continue
 		}
 		v, err := key.PlanFor(local).Decode(key, raw)
-		c.dec.Store(&decodedValue{seq: s1, local: local, v: v, err: err})
+		c.dec.Store(&decodedValue{seq: s1, gen: gen, at: at, local: local, v: v, err: err})
 		return v, at, err == nil
 	}
 }

@@ -2,11 +2,12 @@ package peersync
 
 import (
 	"context"
-	"sync"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
@@ -33,11 +34,11 @@ type peerRec struct {
 	// be applying while a new one starts): a cell has one writer at a time.
 	applyMu sync.Mutex
 
-	in      *inStream // the connection in force
+	in      *inStream                // the connection in force
 	current atomic.Pointer[inStream] // the same, for apply: a replaced connection applies nothing more
-	streams int       // attached connections whose goroutine has not ended (an index is reused only after)
-	removed bool      // out of the membership
-	counted int       // values of the generation in force
+	streams int                      // attached connections whose goroutine has not ended (an index is reused only after)
+	removed bool                     // out of the membership
+	counted int                      // values of the generation in force
 	out     *outStream
 	timer   *time.Timer // expiry after a connection ended
 }

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -15,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )

@@ -6,12 +6,13 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 	"io"
 	"net"
 	"net/netip"
 	"sync"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 )
 
 // Reasons a peer's connection or message is refused, in the rejections_total metric.

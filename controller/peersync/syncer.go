@@ -6,12 +6,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 	"net"
 	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 
 	"github.com/go-logr/logr"
 	"golang.org/x/sync/errgroup"
@@ -125,7 +126,7 @@ type slot struct {
 	key      *keyState
 	endpoint string
 	local    atomic.Pointer[localBox]
-	cells    atomic.Pointer[[]cell] // by peer index
+	cells    atomic.Pointer[[]cell]     // by peer index
 	entry    atomic.Pointer[localEntry] // set once this replica set a value
 	removed  atomic.Bool                // swept or deleted: writers look the slot up again
 }
@@ -196,9 +197,9 @@ func New(o Options) (*Syncer, error) {
 		writeTTL: o.TTL,
 		hello: wire.Hello{Version: wire.Version, Namespace: o.Self.Namespace, Name: o.Self.Name,
 			Start: uint64(o.now().UnixNano()), Nonce: binary.LittleEndian.Uint64(nonce[:])},
-		peers:     map[string]*peerRec{},
-		byAddr:    map[string][]*peerRec{},
-		peerCap:   8,
+		peers:   map[string]*peerRec{},
+		byAddr:  map[string][]*peerRec{},
+		peerCap: 8,
 	}
 	keys := map[string]*keyState{}
 	s.keys.Store(&keys)

@@ -3,13 +3,14 @@ package peersync
 import (
 	"context"
 	"fmt"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 	"net"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -27,6 +28,7 @@ type replica struct {
 	cancel   context.CancelFunc
 	done     chan error
 	instance string
+	t        *testing.T
 }
 
 type clusterOption func(*Options)
@@ -63,7 +65,7 @@ func startReplica(t *testing.T, name string, opts ...clusterOption) *replica {
 		}
 		instance = fmt.Sprintf("%s/%s#%d", t.Name(), name, i)
 	}
-	r := &replica{name: name, port: int32(l.Addr().(*net.TCPAddr).Port), members: peers.NewMemoryPeerStore(), done: make(chan error, 1), instance: instance}
+	r := &replica{name: name, port: int32(l.Addr().(*net.TCPAddr).Port), members: peers.NewMemoryPeerStore(), done: make(chan error, 1), instance: instance, t: t}
 	o := Options{Self: peers.Self{Namespace: "ns", Name: name}, Peers: r.members, Listener: l, Interval: testInterval, Instance: instance}
 	for _, f := range opts {
 		f(&o)
@@ -85,7 +87,9 @@ func (r *replica) stop() {
 		return
 	}
 	r.cancel()
-	<-r.done
+	if err := <-r.done; err != nil {
+		r.t.Errorf("%s: Run: %v", r.name, err)
+	}
 	r.cancel = nil
 }
 

@@ -34,3 +34,8 @@ trap cleanup EXIT
 "$KIND" load docker-image --name "$KIND_CLUSTER" "$IMAGE" "$LLMD_IMAGE"
 E2E_BACKEND=kind E2E_KUBECONFIG="$KIND_STATE/kubeconfig" E2E_KUBE_CONTEXT="kind-$KIND_CLUSTER" \
   go -C "$root/e2e" test -tags e2e -count=1 -v -timeout="$E2E_TIMEOUT" ./...
+# State sync on the real EPP across the nodes (llmdrouter/e2ekind: it needs the
+# llm-d-router module, built through the go.work that substitutes the pinned tree).
+E2E_KUBECONFIG="$KIND_STATE/kubeconfig" E2E_KUBE_CONTEXT="kind-$KIND_CLUSTER" HELM="$root/bin/helm" CHART="$root/charts/epp" \
+  IMAGE="$IMAGE" LLMD_IMAGE="$LLMD_IMAGE" GOWORK="${LLMD_WORK:?}" CGO_ENABLED=0 \
+  go -C "$root/llmdrouter" test -tags e2ekind -count=1 -v -timeout=15m ./e2ekind

@@ -217,7 +217,6 @@ func TestParametersAreChecked(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.AddPlugin("pd", pd)
-	h.AddPlugin("other", pd.(fwkplugin.Plugin))
 	for _, c := range []struct{ params, want string }{
 		{`{}`, "peerDiscoveryRef is required"},
 		{`{"peerDiscoveryRef": "nope"}`, `peerDiscoveryRef="nope" names no peer-discovery plugin`},

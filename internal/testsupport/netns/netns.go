@@ -105,14 +105,14 @@ func setUp() error {
 		{"route", "add", "default", "dev", "epp-out"},
 	} {
 		if out, err := exec.Command(ip, args...).CombinedOutput(); err != nil {
-			return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
 		}
 	}
 	// Nothing but the loopback and the veth pair: the namespace cannot reach beyond
 	// the machine.
 	out, err := exec.Command(ip, "-o", "-d", "link", "show").CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("ip link show: %v: %s", err, out)
+		return fmt.Errorf("ip link show: %w: %s", err, out)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		ok := strings.Contains(line, ": lo:") ||

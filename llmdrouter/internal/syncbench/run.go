@@ -220,7 +220,7 @@ func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (r
 				break
 			}
 			if time.Now().After(deadline) {
-				return result{}, fmt.Errorf("replica %s not in sync after 60 s (%+v, %v); output:\n%s", p.http, st, err, tail(p.out))
+				return result{}, fmt.Errorf("replica %s not in sync after 60 s (status %+v, last error %q); output:\n%s", p.http, st, errText(err), tail(p.out))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -276,6 +276,13 @@ func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (r
 		r.visibleP99 = time.Duration(lat[min(len(lat)-1, len(lat)*99/100)]).Round(time.Millisecond)
 	}
 	return r, nil
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
 
 func tail(b *bytes.Buffer) string {

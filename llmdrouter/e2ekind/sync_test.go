@@ -1,0 +1,421 @@
+//go:build e2ekind
+
+// Package e2ekind runs llm-d-router's EPP with state sync on the project's kind
+// cluster (make e2e-kind, after the terratest suite): the chart with
+// router.epp.stateSync.enabled, three replicas on three nodes, requests held open
+// through one replica over ext_proc (a port-forward), and the faults that need a real
+// network: TCP to one replica's peer-sync port dropped with iptables in its node, and
+// its pod deleted.
+package e2ekind_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/portforward"
+	"k8s.io/client-go/transport/spdy"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
+)
+
+const interval = 200 * time.Millisecond
+
+func env(t *testing.T, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("%s is not set: run this through make e2e-kind (hack/kind/e2e.sh)", name)
+	}
+	return v
+}
+
+type cluster struct {
+	cfg *rest.Config
+	cs  *kubernetes.Clientset
+	ns  string
+}
+
+// forward opens a port-forward to port of pod and returns 127.0.0.1:<local port>.
+func (c *cluster) forward(t *testing.T, pod string, port int) string {
+	t.Helper()
+	tr, upgrader, err := spdy.RoundTripperFor(c.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(c.cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Path = fmt.Sprintf("/api/v1/namespaces/%s/pods/%s/portforward", c.ns, pod)
+	stop, ready := make(chan struct{}), make(chan struct{})
+	pf, err := portforward.NewOnAddresses(spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, u),
+		[]string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, io.Discard, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = pf.ForwardPorts() }()
+	t.Cleanup(func() { close(stop) })
+	select {
+	case <-ready:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("port-forward to %s:%d not ready within 30 s", pod, port)
+	}
+	ports, err := pf.GetPorts()
+	if err != nil || len(ports) != 1 {
+		t.Fatalf("port-forward to %s:%d: %v", pod, port, err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", ports[0].Local)
+}
+
+var client = &http.Client{Timeout: 5 * time.Second}
+
+// loads is the in-flight requests per endpoint that a replica's scoring reads
+// (/debug/peer-sync on its http-peers port: every replica's value summed).
+func loads(addr string) (map[string]int64, error) {
+	resp, err := client.Get("http://" + addr + "/debug/peer-sync?key=inflight:")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var doc peersync.Document
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return nil, err
+	}
+	out := map[string]int64{}
+	for _, k := range doc.Keys {
+		for _, e := range k.Endpoints {
+			if len(e.Aggregate) == 0 {
+				continue
+			}
+			var l struct{ Requests int64 }
+			if err := json.Unmarshal(e.Aggregate, &l); err != nil {
+				return nil, err
+			}
+			out[e.Endpoint] = l.Requests
+		}
+	}
+	return out, nil
+}
+
+func describe(m map[string]int64) string {
+	var ks []string
+	for k, v := range m {
+		ks = append(ks, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(ks)
+	return strings.Join(ks, " ")
+}
+
+// waitLoads polls every 20 ms until every observer sees want, and returns how long
+// that took.
+func waitLoads(t *testing.T, step string, within time.Duration, observers map[string]string, want map[string]int64) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		var wrong []string
+		for name, addr := range observers {
+			got, err := loads(addr)
+			if err != nil {
+				wrong = append(wrong, name+": "+err.Error())
+				continue
+			}
+			for ep, n := range want {
+				if v, ok := got[ep]; !ok || v != n {
+					wrong = append(wrong, fmt.Sprintf("%s sees %s, want %s", name, describe(got), describe(want)))
+					break
+				}
+			}
+		}
+		if len(wrong) == 0 {
+			took := time.Since(start)
+			t.Logf("%s: after %v", step, took.Round(time.Millisecond))
+			return took
+		}
+		if time.Since(start) > within {
+			t.Fatalf("%s: not within %v:\n  %s", step, within, strings.Join(wrong, "\n  "))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestStateSyncOnKind(t *testing.T) {
+	kubeconfig, kctx := env(t, "E2E_KUBECONFIG"), env(t, "E2E_KUBE_CONTEXT")
+	helm, chart, image, llmdImage := env(t, "HELM"), env(t, "CHART"), env(t, "IMAGE"), env(t, "LLMD_IMAGE")
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig},
+		&clientcmd.ConfigOverrides{CurrentContext: kctx}).ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{cfg: cfg, cs: kubernetes.NewForConfigOrDie(cfg), ns: "e2e-state-sync-" + rand.String(5)}
+	ctx := context.Background()
+	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(nodes.Items) < 3 {
+		t.Fatalf("the kind cluster has %d node(s): state sync across nodes needs 3 (make e2e-kind's default KIND_NODES=3)", len(nodes.Items))
+	}
+	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns,
+		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.cs.CoreV1().Namespaces().Delete(context.Background(), c.ns, metav1.DeleteOptions{}) })
+
+	// Two model-server stand-ins (the epp image: a process that is ready and serves
+	// nothing on 8000; the EPP scores them by in-flight requests).
+	ids := modelServers(t, c, image)
+
+	repo, tag, _ := strings.Cut(llmdImage, ":")
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(fmt.Sprintf(`router:
+  epp:
+    replicas: 3
+    image: {repository: %s, tag: %q}
+    topologySpreadConstraints:
+      - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}
+    peerDiscovery:
+      enabled: true
+    stateSync:
+      enabled: true
+      interval: %s
+`, repo, tag, interval)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	helmCmd := func(args ...string) {
+		t.Helper()
+		cmd := exec.Command(helm, append([]string{"--kubeconfig", kubeconfig, "--kube-context", kctx, "-n", c.ns}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("helm %v: %v\n%s", args, err, out)
+		}
+	}
+	helmCmd("install", "epp", chart, "-f", values, "--wait", "--timeout", "3m")
+	t.Cleanup(func() {
+		cmd := exec.Command(helm, "--kubeconfig", kubeconfig, "--kube-context", kctx, "-n", c.ns, "uninstall", "epp", "--wait")
+		_, _ = cmd.CombinedOutput()
+	})
+
+	pods := eppPods(t, c)
+	var onNodes []string
+	for _, p := range pods {
+		onNodes = append(onNodes, p.Spec.NodeName)
+	}
+	if slices.Sort(onNodes); len(slices.Compact(slices.Clone(onNodes))) != 3 {
+		t.Fatalf("the replicas are on nodes %v: want one on each of the 3", onNodes)
+	}
+	a, b, cc := pods[0], pods[1], pods[2]
+	peersOf := map[string]string{b.Name: c.forward(t, b.Name, 9091), cc.Name: c.forward(t, cc.Name, 9091)}
+	all := map[string]string{a.Name: c.forward(t, a.Name, 9091)}
+	for k, v := range peersOf {
+		all[k] = v
+	}
+	idle := map[string]int64{ids[0]: 0, ids[1]: 0}
+	waitLoads(t, "every replica in sync, both endpoints published", 60*time.Second, all, idle)
+
+	// Three requests held open through A: B and C see A's in-flight load.
+	grpcA := c.forward(t, a.Name, 9002)
+	held := map[string]int64{ids[0]: 0, ids[1]: 0}
+	var reqs []*extproc.Request
+	for range 3 {
+		r, err := extproc.Send(grpcA)
+		if err != nil {
+			t.Fatalf("a request through %s: %v", a.Name, err)
+		}
+		reqs = append(reqs, r)
+		held[podByIP(t, c, r.Endpoint)]++
+	}
+	t.Cleanup(func() {
+		for _, r := range reqs {
+			r.Abort()
+		}
+	})
+	seen := waitLoads(t, "B and C see the requests held through A", 10*time.Second, peersOf, held)
+	if seen > 4*interval+time.Second {
+		t.Errorf("B and C saw A's in-flight load after %v, want within two intervals (%v) and a poll", seen, 2*interval)
+	}
+
+	// A's pushes to the others' peer-sync port dropped in A's node (what the node
+	// forwards from A's pod): B and C stop counting A within the TTL (3 intervals),
+	// then exactly A's load again once the rule is gone.
+	rule := []string{"FORWARD", "-s", a.Status.PodIP + "/32", "-p", "tcp", "--dport", "9005", "-j", "DROP"}
+	iptables := func(op string) error {
+		out, err := exec.Command("docker", append([]string{"exec", a.Spec.NodeName, "iptables", op}, rule...)...).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("docker exec %s iptables %s %v: %w: %s", a.Spec.NodeName, op, rule, err, out)
+		}
+		return nil
+	}
+	if err := iptables("-I"); err != nil {
+		t.Fatal(err)
+	}
+	dropped := true
+	t.Cleanup(func() {
+		if dropped {
+			_ = iptables("-D")
+		}
+	})
+	gone := waitLoads(t, "A's pushes dropped: B and C stop counting A", 10*time.Second, peersOf, idle)
+	if gone > 3*interval+time.Second {
+		t.Errorf("A's load counted %v after its pushes were dropped, want within the TTL (%v) and a poll", gone, 3*interval)
+	}
+	if err := iptables("-D"); err != nil {
+		t.Fatal(err)
+	}
+	dropped = false
+	waitLoads(t, "A's pushes flow again: exact sums", 15*time.Second, peersOf, held)
+
+	// A's pod deleted: its load leaves B and C within 1 s of its leaving the
+	// EndpointSlice.
+	if err := c.cs.CoreV1().Pods(c.ns).Delete(ctx, a.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	left := waitSliceGone(t, c, a.Name)
+	waitLoads(t, "A deleted: B and C stop counting it", 10*time.Second, peersOf, idle)
+	d := time.Since(left)
+	t.Logf("B and C stopped counting A %v after A left the EndpointSlice (polled every 20 ms)", d.Round(time.Millisecond))
+	if d > time.Second {
+		t.Errorf("A's load counted %v after A left the EndpointSlice, want within 1 s", d)
+	}
+}
+
+// modelServers starts the two stand-ins and returns the EPP's endpoint IDs of them.
+func modelServers(t *testing.T, c *cluster, image string) []string {
+	t.Helper()
+	ctx := context.Background()
+	two := int32(2)
+	no, yes := false, true
+	uid := int64(65532)
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "model-server", Namespace: c.ns},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &two,
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app.kubernetes.io/component": "model-server"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/component": "model-server"}},
+				Spec: corev1.PodSpec{
+					AutomountServiceAccountToken: &no,
+					SecurityContext:              &corev1.PodSecurityContext{RunAsNonRoot: &yes, RunAsUser: &uid, SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}},
+					Containers: []corev1.Container{{Name: "stand-in", Image: image, ImagePullPolicy: corev1.PullIfNotPresent,
+						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: &no, ReadOnlyRootFilesystem: &yes,
+							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}}}},
+				},
+			},
+		},
+	}
+	if _, err := c.cs.AppsV1().Deployments(c.ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		pods, err := c.cs.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=model-server"})
+		if err == nil {
+			var ids []string
+			for _, p := range pods.Items {
+				if p.Status.PodIP != "" && ready(&p) {
+					ids = append(ids, c.ns+"/"+p.Name+"-rank-0")
+				}
+			}
+			if len(ids) == 2 {
+				sort.Strings(ids)
+				return ids
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the model-server stand-ins are not ready after 2 minutes: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func ready(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// eppPods are the EPP's three pods, ready, ordered by name.
+func eppPods(t *testing.T, c *cluster) []corev1.Pod {
+	t.Helper()
+	pods, err := c.cs.CoreV1().Pods(c.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=epp"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && ready(&p) {
+			out = append(out, p)
+		}
+	}
+	if len(out) != 3 {
+		t.Fatalf("%d ready EPP pods, want 3", len(out))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// podByIP maps the EPP's pick (ip:port) to the model server's endpoint ID.
+func podByIP(t *testing.T, c *cluster, endpoint string) string {
+	t.Helper()
+	host, _, _ := net.SplitHostPort(endpoint)
+	pods, err := c.cs.CoreV1().Pods(c.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=model-server"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.PodIP == host {
+			return c.ns + "/" + p.Name + "-rank-0"
+		}
+	}
+	t.Fatalf("the EPP picked %s, which is no model server", endpoint)
+	return ""
+}
+
+// waitSliceGone waits until pod is no ready endpoint of the EPP Service's slices
+// and returns when that was seen.
+func waitSliceGone(t *testing.T, c *cluster, pod string) time.Time {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		slices, err := c.cs.DiscoveryV1().EndpointSlices(c.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=epp"})
+		if err == nil {
+			listed := false
+			for _, s := range slices.Items {
+				for _, e := range s.Endpoints {
+					if e.TargetRef != nil && e.TargetRef.Name == pod && (e.Conditions.Ready == nil || *e.Conditions.Ready) {
+						listed = true
+					}
+				}
+			}
+			if !listed {
+				return time.Now()
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still a ready endpoint of the slices after 30 s", pod)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
