@@ -121,14 +121,14 @@ func (c *cell) read(gen uint64, local *wire.Codec) (any, int64, bool) {
 			}
 			continue
 		}
-		if c.gen.Load() != gen || c.n.Load() < 0 {
+		n := c.n.Load()
+		if c.gen.Load() != gen || n < 0 {
 			if c.seq.Load() == s1 {
 				return nil, 0, false
 			}
 			continue
 		}
 		at := c.at.Load()
-		n := c.n.Load()
 		key := c.key.Load()
 		var raw []byte
 		var buf [inlineWords * 8]byte
@@ -158,13 +158,14 @@ func (c *cell) raw(gen uint64) ([]byte, int64, bool) {
 			runtime.Gosched()
 			continue
 		}
-		if c.gen.Load() != gen || c.n.Load() < 0 {
+		n := c.n.Load()
+		if c.gen.Load() != gen || n < 0 {
 			if c.seq.Load() == s1 {
 				return nil, 0, false
 			}
 			continue
 		}
-		n, at := c.n.Load(), c.at.Load()
+		at := c.at.Load()
 		var out []byte
 		if n <= inlineWords*8 {
 			var buf [inlineWords * 8]byte
