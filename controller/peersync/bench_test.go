@@ -185,13 +185,20 @@ func BenchmarkReceive(b *testing.B) {
 	frame := wire.AppendState(nil, &st)
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))
+	// As a connection does: one message buffer and one decoded state, reused.
+	var parsed wire.State
+	var buf []byte
+	r := bytes.NewReader(frame)
+	br := bufio.NewReader(r)
 	for b.Loop() {
-		body, err := wire.ReadFrame(bufio.NewReader(bytes.NewReader(frame)), 1<<30)
+		r.Reset(frame)
+		br.Reset(r)
+		body, err := wire.ReadFrameInto(br, 1<<30, buf)
 		if err != nil {
 			b.Fatal(err)
 		}
-		parsed, _, err := wire.ParseState(body, s.lim)
-		if err != nil {
+		buf = body
+		if _, err := wire.ParseStateInto(&parsed, body, s.lim); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := s.apply(in, &parsed, time.Now()); err != nil {

@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 )
@@ -64,4 +65,12 @@ func TestCellReadsAreNeverTorn(t *testing.T) {
 		t.Errorf("read %+v as generation %v: a torn or mislabelled value", k, v)
 		return true
 	})
+}
+
+// TestCellIsOneCacheLine: a slot's cells for all peers lie side by side, one cache
+// line each (a Get reads one per peer).
+func TestCellIsOneCacheLine(t *testing.T) {
+	if s := unsafe.Sizeof(cell{}); s != 64 {
+		t.Fatalf("a cell is %d bytes, want 64", s)
+	}
 }

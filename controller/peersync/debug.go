@@ -87,11 +87,11 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 			ps.LastMessageSeconds = &age
 		}
 		if o := rec.out; o != nil {
-			switch phase(o.state.Load()) {
-			case phaseInSync:
-				ps.Outbound = "in-sync"
-			case phaseNeedFull:
+			if c := o.conn.Load(); c != nil {
 				ps.Outbound = "connecting"
+				if c.inSync.Load() {
+					ps.Outbound = "in-sync"
+				}
 			}
 			if e := o.lastError.Load(); e != nil && ps.Outbound != "in-sync" {
 				ps.OutboundError = *e
@@ -129,9 +129,9 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 			sl := v.(*slot)
 			ev := EndpointView{Endpoint: ep, Values: []ReplicaValue{}}
 			var counted []any
-			if b := sl.local.Load(); b != nil {
-				ev.Values = append(ev.Values, ReplicaValue{Replica: "self", Value: marshal(b.v), AgeSeconds: now.Sub(b.at).Seconds()})
-				counted = append(counted, b.v)
+			if v := sl.local.Load(); v != nil {
+				ev.Values = append(ev.Values, ReplicaValue{Replica: "self", Value: marshal(v), AgeSeconds: max(0, now.Sub(time.Unix(0, sl.localAt.Load())).Seconds())})
+				counted = append(counted, v)
 			}
 			cells := *sl.cells.Load()
 			for _, m := range ms {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,7 +31,7 @@ type localEntry struct {
 
 	// The push loop's own.
 	defined   bool
-	lastBox   *localBox
+	lastVer   uint64 // the slot's localVer last encoded
 	lastBytes []byte
 }
 
@@ -68,6 +69,7 @@ func (s *Syncer) pushLoop(ctx context.Context) {
 // one, and hands them to every connection.
 func (s *Syncer) tick() {
 	now := s.o.now()
+	s.clock.Store(now.UnixNano())
 	p := &s.push
 	s.mu.Lock()
 	added, deleted := s.pendingNew, s.pendingDel
@@ -109,12 +111,13 @@ func (s *Syncer) tick() {
 		p.live = slices.DeleteFunc(p.live, func(e *localEntry) bool { return e.deleted.Load() })
 	}
 	for _, e := range p.live {
-		b := e.slot.local.Load()
-		if b == nil || b == e.lastBox {
+		ver := e.slot.localVer.Load()
+		if ver == 0 || ver == e.lastVer {
 			continue
 		}
-		e.lastBox = b
-		enc, err := e.key.codec.Load().Encode(p.scratch[:0], b.v)
+		e.lastVer = ver
+		b := e.slot.local.Load()
+		enc, err := e.key.codec.Load().Encode(p.scratch[:0], b)
 		p.scratch = enc[:0]
 		if err == nil && len(enc) > s.o.MaxValueBytes {
 			err = fmt.Errorf("%d bytes, over maxValueBytes %d", len(enc), s.o.MaxValueBytes)
@@ -141,18 +144,18 @@ func (s *Syncer) tick() {
 	deltaFrame := wire.AppendState(nil, &delta)
 	var fullFrame []byte
 	for _, o := range outs {
-		st := o.state.Load()
-		switch phase(st) {
-		case phaseNeedFull:
+		c := o.conn.Load()
+		if c == nil {
+			continue
+		}
+		frame := deltaFrame
+		if !c.inSync.Load() {
 			if fullFrame == nil {
 				fullFrame = s.fullState(p.seq)
 			}
-			if o.state.CompareAndSwap(st, pack(epochOf(st), phaseInSync)) {
-				o.send(outFrame{epoch: epochOf(st), data: fullFrame, built: now, full: true}, s)
-			}
-		case phaseInSync:
-			o.send(outFrame{epoch: epochOf(st), data: deltaFrame, built: now}, s)
+			frame = fullFrame
 		}
+		o.push(s, c, frame, now)
 	}
 	// The deleted indexes may be defined again from the next delta on: every peer
 	// in step has this one's deletion first.
@@ -197,58 +200,60 @@ func (s *Syncer) fullState(seq uint64) []byte {
 	return wire.AppendState(nil, &full)
 }
 
-// Connection phases of an outStream, packed with its epoch in one word: frames are
-// tagged with the epoch they were built for, and the writer drops any other.
-const (
-	phaseDown     uint64 = 0
-	phaseNeedFull uint64 = 1
-	phaseInSync   uint64 = 2
-)
-
-func pack(epoch, ph uint64) uint64 { return epoch<<2 | ph }
-func epochOf(st uint64) uint64     { return st >> 2 }
-func phase(st uint64) uint64       { return st & 3 }
-
-// outQueue is how many frames may wait for a slow peer before its connection
-// starts again from a full state.
-const outQueue = 4
-
-type outFrame struct {
-	epoch uint64
-	data  []byte
-	built time.Time
-	full  bool
-}
-
-// outStream pushes to one peer.
+// outStream pushes to one peer: its goroutine keeps a connection (dial, banner,
+// hello, and a read that sees the peer close it), and the push loop writes each
+// interval's frame to it directly, with a deadline, so that a push costs one write
+// and no goroutine hand-off. A write that fails or does not fit in the deadline (the
+// peer is not reading: its socket buffer is full) ends the connection, and the next
+// one starts from a full state.
 type outStream struct {
 	peer   peers.PeerMetadata
-	ch     chan outFrame
-	state  atomic.Uint64
+	conn   atomic.Pointer[outConn] // the connection in use, nil while there is none
 	cancel context.CancelFunc
 	done   chan struct{}
 
 	lastError atomic.Pointer[string]
-	connected atomic.Bool
-	sentAt    atomic.Int64 // unix ns of the last frame written
 }
 
-// send queues f, or, when the peer is that far behind, starts its connection again
-// from a full state (the frames queued for the old epoch are dropped).
-func (o *outStream) send(f outFrame, s *Syncer) {
-	select {
-	case o.ch <- f:
-	default:
-		s.m.dropped.Inc()
-		st := o.state.Load()
-		if epochOf(st) == f.epoch {
-			o.state.CompareAndSwap(st, pack(f.epoch+1, phaseNeedFull))
+// outConn is one connection to the peer. inSync and broken are the push loop's.
+type outConn struct {
+	c      net.Conn
+	inSync atomic.Bool   // it has had its full state
+	broken chan struct{} // closed by the push loop when a write failed
+	once   sync.Once
+}
+
+func (c *outConn) fail() { c.once.Do(func() { close(c.broken) }) }
+
+// writeBudget bounds one push to one peer.
+func (s *Syncer) writeBudget() time.Duration { return max(s.o.Interval/4, 20*time.Millisecond) }
+
+// push writes frame to the connection c (the push loop's goroutine).
+func (o *outStream) push(s *Syncer, c *outConn, frame []byte, built time.Time) {
+	_ = c.c.SetWriteDeadline(built.Add(s.writeBudget()))
+	if _, err := c.c.Write(frame); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			s.m.dropped.Inc() // a slow peer: it starts again from a full state
 		}
+		msg := err.Error()
+		o.lastError.Store(&msg)
+		s.m.connectErrors.WithLabelValues(connectReason(err)).Inc()
+		o.conn.CompareAndSwap(c, nil)
+		c.fail()
+		return
 	}
+	done := s.o.now()
+	if !c.inSync.Load() {
+		c.inSync.Store(true)
+		s.m.fullStates.Inc()
+	}
+	s.m.pushSeconds.Observe(done.Sub(built).Seconds())
+	s.m.sentBytes.Add(float64(len(frame)))
+	s.m.sentMessages.Inc()
 }
 
-// run keeps a connection to the peer and writes the frames handed to it, until ctx
-// ends.
+// run keeps a connection to the peer until ctx ends.
 func (o *outStream) run(ctx context.Context, s *Syncer) {
 	defer close(o.done)
 	backoff := time.Duration(0)
@@ -283,62 +288,37 @@ func (o *outStream) run(ctx context.Context, s *Syncer) {
 		}
 		o.lastError.Store(nil)
 		backoff = 0
-		if o.write(ctx, s, conn) {
+		if o.hold(ctx, conn) {
 			backoff = nextBackoff(0)
 		}
 	}
 }
 
-// write writes frames to conn until it fails or ctx ends; it reports whether it
-// failed.
-func (o *outStream) write(ctx context.Context, s *Syncer, conn net.Conn) bool {
-	defer conn.Close()
-	// Drop what was queued for an earlier connection, then ask for a full state.
-	for len(o.ch) > 0 {
-		<-o.ch
-	}
-	epoch := epochOf(o.state.Load()) + 1
-	o.state.Store(pack(epoch, phaseNeedFull))
-	o.connected.Store(true)
-	defer func() {
-		o.connected.Store(false)
-		st := o.state.Load()
-		o.state.Store(pack(epochOf(st)+1, phaseDown))
-	}()
+// hold hands conn to the push loop and waits until it breaks, the peer closes it or
+// ctx ends; it reports whether the connection failed.
+func (o *outStream) hold(ctx context.Context, conn net.Conn) bool {
+	c := &outConn{c: conn, broken: make(chan struct{})}
 	closed := make(chan struct{})
 	go func() {
 		// The peer never writes after its banner: EOF or an error means it closed.
 		_, _ = io.Copy(io.Discard, conn)
 		close(closed)
 	}()
-	for {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-closed:
-			msg := "the peer closed the connection"
-			o.lastError.Store(&msg)
-			return true
-		case f := <-o.ch:
-			if f.epoch != epochOf(o.state.Load()) {
-				continue
-			}
-			_ = conn.SetWriteDeadline(s.o.now().Add(s.writeTTL))
-			if _, err := conn.Write(f.data); err != nil {
-				msg := err.Error()
-				o.lastError.Store(&msg)
-				s.m.connectErrors.WithLabelValues(connectReason(err)).Inc()
-				return true
-			}
-			done := s.o.now()
-			o.sentAt.Store(done.UnixNano())
-			s.m.pushSeconds.Observe(done.Sub(f.built).Seconds())
-			s.m.sentBytes.Add(float64(len(f.data)))
-			s.m.sentMessages.Inc()
-			if f.full {
-				s.m.fullStates.Inc()
-			}
-		}
+	o.conn.Store(c)
+	defer func() {
+		o.conn.CompareAndSwap(c, nil)
+		conn.Close()
+		<-closed
+	}()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-c.broken:
+		return true
+	case <-closed:
+		msg := "the peer closed the connection"
+		o.lastError.Store(&msg)
+		return true
 	}
 }
 

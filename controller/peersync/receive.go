@@ -73,6 +73,10 @@ type inKey struct {
 type inEntry struct {
 	key *inKey
 	sl  *slot
+	// c is the peer's cell of sl, valid while Syncer.layout is layout: a write
+	// touches the cell alone, not the slot (one cache miss instead of two).
+	c      *cell
+	layout uint64
 }
 
 func remoteIP(c net.Conn) string {
@@ -142,12 +146,25 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn) {
 	}
 	defer s.detach(in)
 	s.m.receivedBytes.Add(float64(len(body) + len(wire.Preface)))
+	// One message at a time: its buffer and decoded form are reused (what a message
+	// defines is copied out, values into their cells).
+	var st wire.State
+	var buf []byte
+	// The read deadline is the TTL after the last message. It is not moved on every
+	// message (it is a timer to move): when it fires early, it is moved to the TTL
+	// after the last message, and only a real silence of the TTL expires the peer.
+	last := s.o.now()
+	_ = conn.SetReadDeadline(last.Add(s.o.TTL))
 	for {
-		_ = conn.SetReadDeadline(s.o.now().Add(s.o.TTL))
-		body, err := wire.ReadFrame(br, s.o.MaxMessageBytes)
-		if err != nil {
+		// Wait for a message's first byte: a deadline that fires here has consumed
+		// nothing, so the connection can go on.
+		if _, err := br.Peek(1); err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
+				if s.o.now().Sub(last) < s.o.TTL {
+					_ = conn.SetReadDeadline(last.Add(s.o.TTL))
+					continue
+				}
 				s.expire(in, causeTTL)
 				return
 			}
@@ -156,10 +173,24 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn) {
 			}
 			return
 		}
+		body, err := wire.ReadFrameInto(br, s.o.MaxMessageBytes, buf)
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				s.expire(in, causeTTL) // silent in the middle of a message
+				return
+			}
+			if !isClosed(err) {
+				s.rejectRead(err, ip)
+			}
+			return
+		}
 		now := s.o.now()
+		last = now
 		s.m.receivedBytes.Add(float64(len(body)))
 		s.m.receivedMessages.Inc()
-		st, n, err := wire.ParseState(body, s.lim)
+		buf = body
+		n, err := wire.ParseStateInto(&st, body, s.lim)
 		if errors.Is(err, wire.ErrValueTooLarge) {
 			s.m.rejections.WithLabelValues(RejectValueTooLarge).Add(float64(n))
 			err = nil
@@ -254,12 +285,16 @@ func (s *Syncer) apply(in *inStream, st *wire.State, now time.Time) (string, err
 			s.slotsMu.RUnlock()
 			return RejectMalformed, errUndefined
 		}
-		if e.sl.removed.Load() {
-			s.slotsMu.RUnlock()
-			e.sl = s.slotFor(e.key.ks, e.sl.endpoint, true)
-			s.slotsMu.RLock()
+		if l := s.layout.Load(); e.c == nil || e.layout != l {
+			// Cells moved (grown) or the slot went (swept, deleted) since: look again.
+			if e.sl.removed.Load() {
+				s.slotsMu.RUnlock()
+				e.sl = s.slotFor(e.key.ks, e.sl.endpoint, true)
+				s.slotsMu.RLock()
+			}
+			e.c, e.layout = e.sl.cell(rec.idx), s.layout.Load()
 		}
-		e.sl.cell(rec.idx).write(in.gen, e.key.rk, v.Data, at)
+		e.c.write(in.gen, e.key.rk, v.Data, at)
 	}
 	for _, idx := range st.Deletes {
 		e := in.entry(idx)

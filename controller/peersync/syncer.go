@@ -100,9 +100,11 @@ type Syncer struct {
 	// slotsMu: RLock to create slots or write peers' values, Lock to grow the
 	// per-peer arrays of every slot or to sweep empty slots.
 	slotsMu sync.RWMutex
-	peerCap int // guarded by slotsMu
+	peerCap int           // guarded by slotsMu
+	layout  atomic.Uint64 // moves (under slotsMu.Lock) when cells move or slots go: cached cell pointers are then stale
 
-	gen atomic.Uint64 // generations, unique across peers
+	gen   atomic.Uint64 // generations, unique across peers
+	clock atomic.Int64  // unix ns, set by the push loop each interval: Set's time stamp without a clock read
 
 	push pushState // the push loop's own state
 
@@ -125,15 +127,12 @@ type keyState struct {
 type slot struct {
 	key      *keyState
 	endpoint string
-	local    atomic.Pointer[localBox]
+	local    atomic.Value               // this replica's value (of one type per key)
+	localVer atomic.Uint64              // how many times it was set (0: never)
+	localAt  atomic.Int64               // when it was last set, unix ns (at the push loop's resolution)
 	cells    atomic.Pointer[[]cell]     // by peer index
 	entry    atomic.Pointer[localEntry] // set once this replica set a value
 	removed  atomic.Bool                // swept or deleted: writers look the slot up again
-}
-
-type localBox struct {
-	v  any
-	at time.Time
 }
 
 // member is a peer whose values count, as Get sees it: its index and generation in
@@ -175,9 +174,9 @@ func New(o Options) (*Syncer, error) {
 	if o.MaxEntries == 0 {
 		o.MaxEntries = DefaultMaxEntries
 	}
-	if o.MaxMessageBytes < 1024 || o.MaxValueBytes < 16 || o.MaxValueBytes > o.MaxMessageBytes || o.MaxEntries < 1 {
-		return nil, fmt.Errorf("peersync: limits out of range: maxMessageBytes %d (at least 1024), maxValueBytes %d (16 to maxMessageBytes), maxEntries %d",
-			o.MaxMessageBytes, o.MaxValueBytes, o.MaxEntries)
+	if o.MaxMessageBytes < 1024 || o.MaxValueBytes < 16 || o.MaxValueBytes > min(o.MaxMessageBytes, MaxValueBytesLimit) || o.MaxEntries < 1 {
+		return nil, fmt.Errorf("peersync: limits out of range: maxMessageBytes %d (at least 1024), maxValueBytes %d (16 to maxMessageBytes, at most %d), maxEntries %d",
+			o.MaxMessageBytes, o.MaxValueBytes, MaxValueBytesLimit, o.MaxEntries)
 	}
 	if o.now == nil {
 		o.now = time.Now
@@ -201,6 +200,7 @@ func New(o Options) (*Syncer, error) {
 		byAddr:  map[string][]*peerRec{},
 		peerCap: 8,
 	}
+	s.clock.Store(o.now().UnixNano())
 	keys := map[string]*keyState{}
 	s.keys.Store(&keys)
 	s.members.Store(&[]member{})
@@ -289,7 +289,9 @@ func (s *Syncer) Set(key, endpoint string, value any) error {
 	}
 	for {
 		sl := s.slotFor(k, endpoint, true)
-		sl.local.Store(&localBox{v: value, at: s.o.now()})
+		sl.local.Store(value)
+		sl.localAt.Store(s.clock.Load())
+		sl.localVer.Add(1)
 		if sl.entry.Load() == nil {
 			s.mu.Lock()
 			if sl.entry.Load() == nil && !sl.removed.Load() {
@@ -318,6 +320,7 @@ func (s *Syncer) Delete(key, endpoint string) {
 	v, ok := k.slots.LoadAndDelete(endpoint)
 	if ok {
 		v.(*slot).removed.Store(true)
+		s.layout.Add(1)
 	}
 	s.slotsMu.Unlock()
 	if !ok {
@@ -333,7 +336,7 @@ func (s *Syncer) Delete(key, endpoint string) {
 }
 
 // Get folds this replica's value of (key, endpoint) and each live peer's with
-// aggregate, which must not keep or modify the slice or its values. It reports
+// aggregate, which must not keep or modify the slice (it is reused) or its values. It reports
 // false when no replica has a value. Peers' values are decoded as the type of this
 // replica's values of the key: until this replica has set one, only its own count.
 // A nil aggregate returns this replica's value.
@@ -349,15 +352,13 @@ func (s *Syncer) Get(key, endpoint string, aggregate func([]any) any) (any, bool
 	sl := v.(*slot)
 	local := sl.local.Load()
 	if aggregate == nil {
-		if local == nil {
-			return nil, false
-		}
-		return local.v, true
+		return local, local != nil
 	}
 	ms := *s.members.Load()
-	vals := make([]any, 0, len(ms)+1)
+	buf := valsPool.Get().(*[]any)
+	vals := (*buf)[:0]
 	if local != nil {
-		vals = append(vals, local.v)
+		vals = append(vals, local)
 	}
 	if lc := k.codec.Load(); lc != nil {
 		cells := *sl.cells.Load()
@@ -365,16 +366,32 @@ func (s *Syncer) Get(key, endpoint string, aggregate func([]any) any) (any, bool
 			if m.idx >= len(cells) {
 				continue
 			}
-			if v, _, ok := cells[m.idx].read(m.gen, lc); ok {
+			c := &cells[m.idx]
+			// cell.read's common case, by hand (it is too large to be inlined).
+			if d := c.dec.Load(); d != nil && d.seq == c.seq.Load() && d.local == lc {
+				if d.gen == m.gen && d.err == nil {
+					vals = append(vals, d.v)
+				}
+				continue
+			}
+			if v, _, ok := c.readSlow(m.gen, lc); ok {
 				vals = append(vals, v)
 			}
 		}
 	}
-	if len(vals) == 0 {
-		return nil, false
+	var out any
+	if len(vals) > 0 {
+		out = aggregate(vals)
 	}
-	return aggregate(vals), true
+	clear(vals) // the values are not kept alive by the pool
+	*buf = vals[:0]
+	valsPool.Put(buf)
+	return out, out != nil || len(vals) > 0
 }
+
+// valsPool holds the slices Get hands the aggregates: an aggregate must not keep
+// the slice it is given (llm-d-router's fold it into a new value).
+var valsPool = sync.Pool{New: func() any { b := make([]any, 0, 32); return &b }}
 
 // cell is peer idx's cell of sl. The caller holds slotsMu.RLock, and idx < peerCap.
 func (sl *slot) cell(idx int) *cell {
@@ -405,6 +422,7 @@ func (s *Syncer) growSlots(n int) {
 		})
 	}
 	s.peerCap = newCap
+	s.layout.Add(1)
 }
 
 // sweep removes the slots that hold nothing that counts: no value of this replica
@@ -420,7 +438,7 @@ func (s *Syncer) sweep() int {
 	for _, k := range *s.keys.Load() {
 		k.slots.Range(func(ep, v any) bool {
 			sl := v.(*slot)
-			if sl.local.Load() != nil {
+			if sl.localVer.Load() != 0 {
 				return true
 			}
 			cells := *sl.cells.Load()
@@ -434,6 +452,7 @@ func (s *Syncer) sweep() int {
 			}
 			k.slots.Delete(ep)
 			sl.removed.Store(true)
+			s.layout.Add(1)
 			swept++
 			return true
 		})

@@ -3,8 +3,8 @@
 // syncer: N replica processes on one real API server (envtest), each with the
 // endpointslice peer discovery plugin on its Service's slices, publishing the
 // in-flight load of E endpoints every interval (every value changed: the most a push
-// carries) and reading every endpoint's aggregate for each of 20 scheduling
-// decisions a second. For each N and E, and each syncer in turn:
+// carries), and, with --decisions, reading every endpoint's aggregate for each
+// scheduling decision. For each N and E, and each syncer in turn:
 //
 //   - CPU per replica: the process's CPU time over the window, as a share of one
 //     core (mean and max of the replicas); the difference between the two syncers
@@ -39,6 +39,8 @@ func main() {
 		err = runMain(os.Args[2:])
 	case "replica":
 		err = replicaMain(os.Args[2:])
+	case "swarm":
+		err = swarmMain(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q: want run or replica", os.Args[1])
 	}

@@ -55,6 +55,7 @@ func replicaMain(args []string) error {
 	syncAddr := fs.String("sync-address", "", "peer-sync address")
 	httpAddr := fs.String("http-address", "", "where /metrics and /status are served")
 	index := fs.Int64("index", 0, "this replica's index")
+	change := fs.Float64("change", 1, "the share of endpoints whose value changes every interval (the others are set unchanged, as the runtime sets every endpoint)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,7 +100,7 @@ func replicaMain(args []string) error {
 		eps[i] = fmt.Sprintf("llm/vllm-%04d", i)
 	}
 	lat := &latencies{seen: map[int64]int64{}}
-	go publish(ctx, s, spec, eps, *interval, *index)
+	go publish(ctx, s, spec, eps, *interval, *index, *change)
 	go schedule(ctx, s, spec, eps, *decisions)
 	// Both syncers get the same watcher, so that it costs them the same (with
 	// LocalSyncer it only ever sees this replica's own clock).
@@ -149,7 +150,8 @@ func isReady(pd fwkplugin.Plugin) bool {
 
 // publish is the cross-replica publisher: every interval, Set each endpoint's fresh
 // snapshot (here every value changes every interval: the most a push can carry).
-func publish(ctx context.Context, s fwkdl.CrossReplicaSyncer, spec fwkdl.CrossReplicaSpec, eps []string, interval time.Duration, index int64) {
+func publish(ctx context.Context, s fwkdl.CrossReplicaSyncer, spec fwkdl.CrossReplicaSpec, eps []string, interval time.Duration, index int64, change float64) {
+	changing := int(change * float64(len(eps)))
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for tick := int64(0); ; tick++ {
@@ -159,11 +161,19 @@ func publish(ctx context.Context, s fwkdl.CrossReplicaSyncer, spec fwkdl.CrossRe
 		case <-t.C:
 		}
 		for i, ep := range eps {
-			v := &attrconcurrency.InFlightLoad{Requests: (tick + int64(i)) % 7, Tokens: (tick*31 + int64(i)) % 4096}
-			_ = s.Set(ctx, spec.StateKey, ep, fwkdl.Cloneable(v))
+			_ = s.Set(ctx, spec.StateKey, ep, fwkdl.Cloneable(load(tick, i, changing)))
 		}
 		_ = s.Set(ctx, clockKey, "clock", &clock{Replica: index, Seq: tick, At: time.Now().UnixNano()})
 	}
+}
+
+// load is endpoint i's value at tick: a new one each tick for the first changing
+// endpoints, the same one for the others.
+func load(tick int64, i, changing int) *attrconcurrency.InFlightLoad {
+	if i >= changing {
+		tick = 0
+	}
+	return &attrconcurrency.InFlightLoad{Requests: (tick + int64(i)) % 7, Tokens: (tick*31 + int64(i)) % 4096}
 }
 
 // schedule reads every endpoint's aggregate, decisions times a second, as the
@@ -200,10 +210,10 @@ func (l *latencies) take() []int64 {
 	return out
 }
 
-// watchClocks reads the other replicas' clocks every 2 ms: a clock value seen for
-// the first time took now - At (less up to 2 ms) to become visible here.
+// watchClocks reads the other replicas' clocks every 5 ms: a clock value seen for
+// the first time took now - At (less up to 5 ms) to become visible here.
 func watchClocks(ctx context.Context, s fwkdl.CrossReplicaSyncer, l *latencies, index int64) {
-	t := time.NewTicker(2 * time.Millisecond)
+	t := time.NewTicker(5 * time.Millisecond)
 	defer t.Stop()
 	collect := func(vs []any) any { return slices.Clone(vs) }
 	for {

@@ -36,6 +36,9 @@ type runOptions struct {
 	interval  time.Duration
 	write     string
 	smoke     bool
+	decisions int
+	change    float64
+	procs     int
 }
 
 // result is one (syncer, replicas, endpoints) measurement.
@@ -43,8 +46,7 @@ type result struct {
 	syncer     string
 	replicas   int
 	endpoints  int
-	cpuMean    float64 // share of one core, per replica
-	cpuMax     float64
+	cpu        float64 // the measured replica's, as a share of one core
 	bytesPerS  float64 // sent, per replica
 	perEPPush  float64 // bytes per endpoint per push
 	visibleP50 time.Duration
@@ -74,6 +76,9 @@ func runMain(args []string) error {
 	fs.DurationVar(&o.interval, "interval", 200*time.Millisecond, "crossReplicaSyncInterval")
 	fs.StringVar(&o.write, "write", "", "write the table into this markdown file, between the sync-bench markers")
 	fs.BoolVar(&o.smoke, "smoke", false, "a short run that fails when the syncer does not share state")
+	fs.IntVar(&o.procs, "gomaxprocs", 2, "GOMAXPROCS of the measured replica")
+	fs.Float64Var(&o.change, "change", 1, "the share of endpoints whose value changes every interval (1: all, the most a push carries)")
+	fs.IntVar(&o.decisions, "decisions", 0, "scheduling decisions a second per replica, each reading every endpoint's aggregate (0: none; the cost of a read is BenchmarkGet's)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -110,8 +115,8 @@ func runMain(args []string) error {
 				if err != nil {
 					return fmt.Errorf("%s syncer, %d replicas, %d endpoints: %w", syncer, n, e, err)
 				}
-				fmt.Fprintf(os.Stderr, "syncbench: %-5s %2d replicas %5d endpoints: CPU %.2f%% (max %.2f%%) of a core, %.0f B/s sent, %.1f B per endpoint per push, visible p50 %v p99 %v (%d)\n",
-					syncer, n, e, 100*r.cpuMean, 100*r.cpuMax, r.bytesPerS, r.perEPPush, r.visibleP50, r.visibleP99, r.samples)
+				fmt.Fprintf(os.Stderr, "syncbench: %-5s %2d replicas %5d endpoints: CPU %.2f%% of a core, %.0f B/s sent, %.1f B per endpoint per push, visible p50 %v p99 %v (%d)\n",
+					syncer, n, e, 100*r.cpu, r.bytesPerS, r.perEPPush, r.visibleP50, r.visibleP99, r.samples)
 				results = append(results, r)
 			}
 		}
@@ -185,86 +190,92 @@ func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (r
 			}
 		}
 	}()
+	// The EndpointSlices list all n replicas, each with its peer-sync port; replica
+	// 0 is a full replica process (the one measured), replicas 1..n-1 are the swarm.
+	ports := make([]int, n)
 	for i := range n {
 		ip := netns.Addr(10 + i)
-		port, err := freePort(ip)
-		if err != nil {
+		if ports[i], err = freePort(ip); err != nil {
 			return result{}, err
 		}
-		httpPort, err := freePort("127.0.0.1")
-		if err != nil {
-			return result{}, err
-		}
-		pod := fmt.Sprintf("epp-%d", i)
-		s := slicegen.Slice(fmt.Sprintf("epp-r%d", i), slicegen.Namespace(ns), slicegen.Ports("peer-sync", port), slicegen.Pod(pod, ip))
+		s := slicegen.Slice(fmt.Sprintf("epp-r%d", i), slicegen.Namespace(ns), slicegen.Ports("peer-sync", ports[i]), slicegen.Pod(fmt.Sprintf("epp-%d", i), ip))
 		s.Annotations = map[string]string{discoveryv1.LabelManagedBy: "syncbench"}
 		if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
 			return result{}, err
 		}
-		p := &benchProc{http: net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)), out: &bytes.Buffer{}}
-		p.cmd = exec.Command(self, "replica", "--syncer="+syncer, "--endpoints="+strconv.Itoa(endpoints), "--interval="+o.interval.String(),
-			"--sync-address="+net.JoinHostPort(ip, strconv.Itoa(port)), "--http-address="+p.http, "--index="+strconv.Itoa(i))
-		p.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAME="+pod, "POD_IP="+ip, "NAMESPACE="+ns, "GOMAXPROCS=2")
-		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-		if err := p.cmd.Start(); err != nil {
+	}
+	httpPort, err := freePort("127.0.0.1")
+	if err != nil {
+		return result{}, err
+	}
+	measured := &benchProc{http: net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)), out: &bytes.Buffer{}}
+	measured.cmd = exec.Command(self, "replica", "--syncer="+syncer, "--endpoints="+strconv.Itoa(endpoints), "--interval="+o.interval.String(),
+		"--sync-address="+net.JoinHostPort(netns.Addr(10), strconv.Itoa(ports[0])), "--http-address="+measured.http, "--index=0",
+		"--decisions="+strconv.Itoa(o.decisions), "--change="+strconv.FormatFloat(o.change, 'f', -1, 64))
+	measured.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAME=epp-0", "POD_IP="+netns.Addr(10), "NAMESPACE="+ns, "GOMAXPROCS="+strconv.Itoa(o.procs))
+	measured.cmd.Stdout, measured.cmd.Stderr = measured.out, measured.out
+	if err := measured.cmd.Start(); err != nil {
+		return result{}, err
+	}
+	procs = append(procs, measured)
+	if syncer == "peer" && n > 1 {
+		var ps []string
+		for _, p := range ports[1:] {
+			ps = append(ps, strconv.Itoa(p))
+		}
+		sw := &benchProc{out: &bytes.Buffer{}}
+		sw.cmd = exec.Command(self, "swarm", "--n="+strconv.Itoa(n-1), "--endpoints="+strconv.Itoa(endpoints), "--interval="+o.interval.String(),
+			"--namespace="+ns, "--change="+strconv.FormatFloat(o.change, 'f', -1, 64), "--target=epp-0@"+net.JoinHostPort(netns.Addr(10), strconv.Itoa(ports[0])), "--ports="+strings.Join(ps, ","))
+		sw.cmd.Stdout, sw.cmd.Stderr = sw.out, sw.out
+		if err := sw.cmd.Start(); err != nil {
 			return result{}, err
 		}
-		procs = append(procs, p)
+		procs = append(procs, sw)
 	}
 	// Ready: discovery synced, and (peer-syncer) every peer in sync.
-	deadline := time.Now().Add(60 * time.Second)
-	for _, p := range procs {
-		for {
-			st, err := p.status(false)
-			if err == nil && st.Ready && st.Peers == n-1 && (syncer == "local" || st.InSync == n-1) {
-				break
-			}
-			if time.Now().After(deadline) {
-				return result{}, fmt.Errorf("replica %s not in sync after 60 s (status %+v, last error %q); output:\n%s", p.http, st, errText(err), tail(p.out))
-			}
-			time.Sleep(50 * time.Millisecond)
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		st, err := measured.status(false)
+		if err == nil && st.Ready && st.Peers == n-1 && (syncer == "local" || st.InSync == n-1) {
+			break
 		}
+		if time.Now().After(deadline) {
+			return result{}, fmt.Errorf("the measured replica not in sync after 90 s (status %+v, last error %q); output:\n%s", st, errText(err), tail(measured.out))
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(o.warmup)
-	cpu0 := make([]time.Duration, n)
-	sent0 := make([]float64, n)
-	for i, p := range procs {
-		if _, err := p.status(true); err != nil { // resets the latencies
-			return result{}, fmt.Errorf("%w; the replica's output:\n%s", err, tail(p.out))
-		}
-		if cpu0[i], err = cpuOf(p.cmd.Process.Pid); err != nil {
-			return result{}, err
-		}
-		if sent0[i], err = p.sentBytes(); err != nil {
-			return result{}, err
-		}
+	if _, err := measured.status(true); err != nil { // resets the latencies
+		return result{}, fmt.Errorf("%w; the replica's output:\n%s", err, tail(measured.out))
+	}
+	cpu0, err := cpuOf(measured.cmd.Process.Pid)
+	if err != nil {
+		return result{}, err
+	}
+	sent0, err := measured.sentBytes()
+	if err != nil {
+		return result{}, err
 	}
 	t0 := time.Now()
 	time.Sleep(o.window)
 	wall := time.Since(t0)
 	r := result{syncer: syncer, replicas: n, endpoints: endpoints}
-	var lat []int64
-	var sent float64
-	for i, p := range procs {
-		c, err := cpuOf(p.cmd.Process.Pid)
-		if err != nil {
-			return result{}, err
-		}
-		share := float64(c-cpu0[i]) / float64(wall)
-		r.cpuMean += share / float64(n)
-		r.cpuMax = max(r.cpuMax, share)
-		s, err := p.sentBytes()
-		if err != nil {
-			return result{}, err
-		}
-		sent += s - sent0[i]
-		st, err := p.status(true)
-		if err != nil {
-			return result{}, fmt.Errorf("%w; the replica's output:\n%s", err, tail(p.out))
-		}
-		lat = append(lat, st.Latencies...)
+	c, err := cpuOf(measured.cmd.Process.Pid)
+	if err != nil {
+		return result{}, err
 	}
-	r.bytesPerS = sent / float64(n) / wall.Seconds()
+	r.cpu = float64(c-cpu0) / float64(wall)
+	s1, err := measured.sentBytes()
+	if err != nil {
+		return result{}, err
+	}
+	sent := s1 - sent0
+	st, err := measured.status(true)
+	if err != nil {
+		return result{}, fmt.Errorf("%w; the replica's output:\n%s", err, tail(measured.out))
+	}
+	lat := st.Latencies
+	r.bytesPerS = sent / wall.Seconds()
 	if n > 1 {
 		pushes := wall.Seconds() / o.interval.Seconds() * float64(n-1) // per replica
 		r.perEPPush = r.bytesPerS * wall.Seconds() / pushes / float64(endpoints)
@@ -359,8 +370,8 @@ const (
 
 func report(o runOptions, rs []result, took time.Duration) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by `make bench-sync`: per case a window of %v after every replica was in sync; interval %v; every endpoint's value changed every interval; 20 scheduling decisions a second, each reading every endpoint's aggregate. The whole bench took %v.\n\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, o.window, o.interval, took.Round(time.Second))
+	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by `make bench-sync`: per case, the CPU time and the bytes sent of one replica process (the EPP's data layer: the discovery plugin on the API server, the syncer, the runtime's publishing loop), whose N−1 peers run as one swarm process (syncers that push to it and hear from it), over a window of %v after every peer was in sync; interval %v; %.0f%% of the endpoints' values changed every interval (100%%: the most a push carries); %d scheduling decisions a second per replica, each reading every endpoint's aggregate. The whole bench took %v.\n\n",
+		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, o.window, o.interval, 100*o.change, o.decisions, took.Round(time.Second))
 	sb.WriteString("| replicas | endpoints | CPU per replica, LocalSyncer | CPU per replica, peer-syncer | sharing costs (difference) | sent per replica | bytes per endpoint per push | visible on another replica, p50 / p99 |\n")
 	sb.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	find := func(s string, n, e int) *result {
@@ -377,8 +388,8 @@ func report(o runOptions, rs []result, took time.Duration) string {
 			if l == nil || p == nil {
 				continue
 			}
-			fmt.Fprintf(&sb, "| %d | %s | %.2f%% (max %.2f%%) | %.2f%% (max %.2f%%) | %+.2f%% of a core | %s/s | %.1f | %v / %v |\n",
-				n, commas(e), 100*l.cpuMean, 100*l.cpuMax, 100*p.cpuMean, 100*p.cpuMax, 100*(p.cpuMean-l.cpuMean), bytesString(p.bytesPerS), p.perEPPush, p.visibleP50, p.visibleP99)
+			fmt.Fprintf(&sb, "| %d | %s | %.2f%% | %.2f%% | %+.2f%% of a core | %s/s | %.1f | %v / %v |\n",
+				n, commas(e), 100*l.cpu, 100*p.cpu, 100*(p.cpu-l.cpu), bytesString(p.bytesPerS), p.perEPPush, p.visibleP50, p.visibleP99)
 		}
 	}
 	return sb.String()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // The wire format, over one TCP connection (TLS optional) from the replica that
@@ -88,6 +89,15 @@ func (d *decoder) byte() byte {
 }
 
 func (d *decoder) uvarint() uint64 {
+	if len(d.b) > 0 && d.b[0] < 0x80 { // one byte: most of them
+		x := d.b[0]
+		d.b = d.b[1:]
+		return uint64(x)
+	}
+	return d.uvarintSlow()
+}
+
+func (d *decoder) uvarintSlow() uint64 {
 	x, n := binary.Uvarint(d.b)
 	if n <= 0 {
 		d.fail()
@@ -212,11 +222,23 @@ type Limits struct {
 var ErrValueTooLarge = errors.New("value over the size limit")
 
 func ParseState(body []byte, lim Limits) (State, int, error) {
-	d := decoder{b: body}
-	if d.byte() != frameState {
-		return State{}, 0, ErrMalformed
-	}
 	var s State
+	n, err := ParseStateInto(&s, body, lim)
+	if err != nil && !errors.Is(err, ErrValueTooLarge) {
+		return State{}, 0, err
+	}
+	return s, n, err
+}
+
+// ParseStateInto is ParseState into s, reusing its slices (a connection parses
+// every message into one State: no allocation per message once they are large
+// enough). The values' bytes are subslices of body.
+func ParseStateInto(s *State, body []byte, lim Limits) (int, error) {
+	d := decoder{b: body}
+	*s = State{Keys: s.Keys[:0], Entries: s.Entries[:0], Values: s.Values[:0], Deletes: s.Deletes[:0]}
+	if d.byte() != frameState {
+		return 0, ErrMalformed
+	}
 	s.Full = d.byte()&flagFull != 0
 	s.Seq = d.uvarint()
 	name := func() string {
@@ -228,7 +250,6 @@ func ParseState(body []byte, lim Limits) (State, int, error) {
 		return string(b)
 	}
 	n := d.count()
-	s.Keys = make([]KeyDef, 0, n)
 	for range n {
 		k := KeyDef{Index: d.uvarint(), Name: name(), Codec: d.byte()}
 		nf := d.count()
@@ -244,12 +265,12 @@ func ParseState(body []byte, lim Limits) (State, int, error) {
 		s.Keys = append(s.Keys, k)
 	}
 	n = d.count()
-	s.Entries = make([]EntryDef, 0, n)
+	s.Entries = slices.Grow(s.Entries, n)
 	for range n {
 		s.Entries = append(s.Entries, EntryDef{Index: d.uvarint(), Key: d.uvarint(), Endpoint: name()})
 	}
 	n = d.count()
-	s.Values = make([]ValueDef, 0, n)
+	s.Values = slices.Grow(s.Values, n)
 	var idx uint64
 	tooLarge := 0
 	for i := range n {
@@ -266,7 +287,7 @@ func ParseState(body []byte, lim Limits) (State, int, error) {
 		s.Values = append(s.Values, ValueDef{Entry: idx, Data: data})
 	}
 	n = d.count()
-	s.Deletes = make([]uint64, 0, n)
+	s.Deletes = slices.Grow(s.Deletes, n)
 	idx = 0
 	for i := range n {
 		delta := d.uvarint()
@@ -280,12 +301,13 @@ func ParseState(body []byte, lim Limits) (State, int, error) {
 		d.fail() // trailing bytes
 	}
 	if d.err != nil {
-		return State{}, 0, d.err
+		*s = State{Keys: s.Keys[:0], Entries: s.Entries[:0], Values: s.Values[:0], Deletes: s.Deletes[:0]}
+		return 0, d.err
 	}
 	if tooLarge > 0 {
-		return s, tooLarge, ErrValueTooLarge
+		return tooLarge, ErrValueTooLarge
 	}
-	return s, 0, nil
+	return 0, nil
 }
 
 // AppendState encodes s as a frame. Values and deletes must be in ascending entry
@@ -338,6 +360,11 @@ var ErrFrameTooLarge = errors.New("frame over the size limit")
 
 // ReadFrame reads one frame's body (at most max bytes).
 func ReadFrame(r *bufio.Reader, max int) ([]byte, error) {
+	return ReadFrameInto(r, max, nil)
+}
+
+// ReadFrameInto is ReadFrame into buf's storage where it is large enough.
+func ReadFrameInto(r *bufio.Reader, max int, buf []byte) ([]byte, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
@@ -351,7 +378,11 @@ func ReadFrame(r *bufio.Reader, max int) ([]byte, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("%w: empty frame", ErrMalformed)
 	}
-	body := make([]byte, n)
+	body := buf[:0]
+	if uint64(cap(body)) < n {
+		body = make([]byte, n)
+	}
+	body = body[:n]
 	if _, err := io.ReadFull(r, body); err != nil {
 		return nil, err
 	}

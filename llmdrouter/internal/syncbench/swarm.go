@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
+)
+
+// swarmMain runs the other N-1 replicas of a cost run in one process: N-1 syncers,
+// each with its own address, identity and listener, each publishing the same load
+// as a replica and pushing to, and hearing from, the one measured replica (their
+// membership is that replica alone, so the swarm costs the machine a fraction of
+// N-1 full replicas, while the measured replica has N-1 peers as in an N-replica
+// EPP). Replica i listens on netns.Addr(10+i):port(i).
+func swarmMain(args []string) error {
+	fs := flag.NewFlagSet("swarm", flag.ExitOnError)
+	n := fs.Int("n", 29, "syncers in the swarm (replicas 1..n)")
+	endpoints := fs.Int("endpoints", 100, "endpoints whose in-flight load each publishes")
+	interval := fs.Duration("interval", 200*time.Millisecond, "push interval")
+	namespace := fs.String("namespace", "", "the replicas' namespace")
+	target := fs.String("target", "", "the measured replica: name@ip:port")
+	ports := fs.String("ports", "", "the swarm's peer-sync ports, comma-separated, replica 1 first")
+	change := fs.Float64("change", 1, "the share of endpoints whose value changes every interval")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer cancel()
+	tname, taddr, ok := strings.Cut(*target, "@")
+	if !ok {
+		return fmt.Errorf("--target=%q: want name@ip:port", *target)
+	}
+	tap, err := netip.ParseAddrPort(taddr)
+	if err != nil {
+		return fmt.Errorf("--target=%q: %w", *target, err)
+	}
+	ps, err := parseInts(*ports)
+	if err != nil || len(ps) != *n {
+		return fmt.Errorf("--ports: want %d ports: %v", *n, err)
+	}
+	key := fwkdl.StateKey("inflight:inflight")
+	eps := make([]string, *endpoints)
+	for i := range eps {
+		eps[i] = fmt.Sprintf("llm/vllm-%04d", i)
+	}
+	for i := 1; i <= *n; i++ {
+		ip := netns.Addr(10 + i)
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(ps[i-1])))
+		if err != nil {
+			return err
+		}
+		members := peers.NewMemoryPeerStore()
+		members.UpsertPeer(peers.PeerMetadata{Namespace: *namespace, Name: tname, Address: tap.Addr().String(), Port: int32(tap.Port()), Ready: true, Serving: true})
+		self := peers.Self{Namespace: *namespace, Name: fmt.Sprintf("epp-%d", i), Addresses: []netip.Addr{netip.MustParseAddr(ip)}}
+		own := net.ParseIP(ip)
+		s, err := peersync.New(peersync.Options{Self: self, Peers: members, Listener: l, Interval: *interval,
+			SourceAddress: func(peers.PeerMetadata) net.IP { return own }, Instance: self.Name})
+		if err != nil {
+			return err
+		}
+		go func() { _ = s.Run(ctx) }()
+		go func(idx int64) {
+			t := time.NewTicker(*interval)
+			defer t.Stop()
+			for tick := int64(0); ; tick++ {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				changing := int(*change * float64(*endpoints))
+				for e := range *endpoints {
+					_ = s.Set(string(key), eps[e], load(tick, e, changing))
+				}
+				_ = s.Set(clockKey, "clock", &clock{Replica: idx, Seq: tick, At: time.Now().UnixNano()})
+			}
+		}(int64(i))
+	}
+	<-ctx.Done()
+	return nil
+}
+
