@@ -92,4 +92,3 @@ func swarmMain(args []string) error {
 	<-ctx.Done()
 	return nil
 }
-
