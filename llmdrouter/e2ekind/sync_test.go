@@ -237,7 +237,7 @@ func TestStateSyncOnKind(t *testing.T) {
 	held := map[string]int64{ids[0]: 0, ids[1]: 0}
 	var reqs []*extproc.Request
 	for range 3 {
-		r, err := extproc.Send(grpcA)
+		r, err := extproc.SendTLS(grpcA)
 		if err != nil {
 			t.Fatalf("a request through %s: %v", a.Name, err)
 		}

@@ -6,6 +6,7 @@ package extproc
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
@@ -14,6 +15,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
 
@@ -30,10 +32,21 @@ type Request struct {
 var requestIDs atomic.Int64
 
 // Send sends a completion request's headers and body to the EPP at addr
-// (127.0.0.1:<grpc port>) and waits, up to 10 s, for the EPP's answer naming the
-// endpoint; the request stays open (in flight) until end or abort.
+// (127.0.0.1:<grpc port>) over plain gRPC (an EPP run with --secure-serving=false)
+// and waits, up to 10 s, for the EPP's answer naming the endpoint; the request stays
+// open (in flight) until End or Abort.
 func Send(addr string) (*Request, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	return send(addr, insecure.NewCredentials())
+}
+
+// SendTLS is Send to an EPP that serves TLS (its default, with a certificate of its
+// own making, which is not verified: the test reaches it through a port-forward).
+func SendTLS(addr string) (*Request, error) {
+	return send(addr, credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // the EPP's self-signed certificate, on 127.0.0.1
+}
+
+func send(addr string, creds credentials.TransportCredentials) (*Request, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, err
 	}
