@@ -66,7 +66,9 @@ func startReplica(t *testing.T, name string, opts ...clusterOption) *replica {
 		instance = fmt.Sprintf("%s/%s#%d", t.Name(), name, i)
 	}
 	r := &replica{name: name, port: int32(l.Addr().(*net.TCPAddr).Port), members: peers.NewMemoryPeerStore(), done: make(chan error, 1), instance: instance, t: t}
-	o := Options{Self: peers.Self{Namespace: "ns", Name: name}, Peers: r.members, Listener: l, Interval: testInterval, Instance: instance}
+	// A TTL of 25 intervals: a loaded machine (the race detector, TLS) must not
+	// expire a peer that is only slow; the tests of the TTL set their own.
+	o := Options{Self: peers.Self{Namespace: "ns", Name: name}, Peers: r.members, Listener: l, Interval: testInterval, TTL: 25 * testInterval, Instance: instance}
 	for _, f := range opts {
 		f(&o)
 	}
@@ -169,7 +171,9 @@ func TestValuesReachEveryReplicaAndSum(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSum(t, 2*time.Second, rs, key, ep, 16)
-	if d := time.Since(start); d > 2*testInterval+50*time.Millisecond {
+	// Within two intervals on an idle machine; the bound leaves room for a loaded one
+	// and still fails a push that waits for anything but the next interval.
+	if d := time.Since(start); d > 2*testInterval+time.Second {
 		t.Errorf("a change took %v to reach every replica, want within 2 intervals (%v) plus scheduling", d, 2*testInterval)
 	}
 
@@ -196,13 +200,16 @@ func TestValuesReachEveryReplicaAndSum(t *testing.T) {
 	before := testutil.ToFloat64(sentMessages.WithLabelValues(rs[0].instance))
 	time.Sleep(10 * testInterval)
 	sent := testutil.ToFloat64(sentMessages.WithLabelValues(rs[0].instance)) - before
-	if sent < 2*8 || sent > 2*12 {
-		t.Errorf("replica 0 sent %v messages in 10 intervals to 2 peers, want about 20 (one per peer per interval)", sent)
+	// At most one message per peer per interval (one more for a tick at either end);
+	// a loaded machine may skip ticks, so the floor is low.
+	if sent < 2*3 || sent > 2*12 {
+		t.Errorf("replica 0 sent %v messages in 10 intervals to 2 peers, want at most one per peer per interval (20)", sent)
 	}
 }
 
 func TestPeerRemovedByDiscoveryStopsCountingAtOnce(t *testing.T) {
-	rs := newCluster(t, 3)
+	// A TTL far longer than the wait below: only the removal can stop the value.
+	rs := newCluster(t, 3, func(o *Options) { o.TTL = 10 * time.Second })
 	const key, ep = "k", "ns/e"
 	for _, r := range rs {
 		if err := r.s.Set(key, ep, &load{Requests: 1}); err != nil {
@@ -216,8 +223,8 @@ func TestPeerRemovedByDiscoveryStopsCountingAtOnce(t *testing.T) {
 	took := eventually(t, time.Second, func() bool { return rs[1].requests(key, ep) == 2 }, func() string {
 		return fmt.Sprintf("replica 1 still sums %d", rs[1].requests(key, ep))
 	})
-	if took > 50*time.Millisecond {
-		t.Errorf("a removed peer's value counted %v after its removal", took)
+	if took > time.Second {
+		t.Errorf("a removed peer's value counted %v after its removal, want at once (the TTL is 10 s)", took)
 	}
 	if got := testutil.ToFloat64(expired.WithLabelValues(rs[1].instance, causeRemoved)); got != 1 {
 		t.Errorf("values_expired_total{cause=removed} = %v, want 1", got)
@@ -276,7 +283,7 @@ func TestRestartedPeerIsNeverCountedTwice(t *testing.T) {
 }
 
 func TestSilentPeerExpiresAfterTTLAndComesBack(t *testing.T) {
-	rs := newCluster(t, 2)
+	rs := newCluster(t, 2, func(o *Options) { o.TTL = 500 * time.Millisecond })
 	const key, ep = "k", "ns/e"
 	for _, r := range rs {
 		if err := r.s.Set(key, ep, &load{Requests: 1}); err != nil {
@@ -292,7 +299,7 @@ func TestSilentPeerExpiresAfterTTLAndComesBack(t *testing.T) {
 		return fmt.Sprintf("replica 1 still sums %d", rs[1].requests(key, ep))
 	})
 	ttl := rs[1].s.TTL()
-	if took < ttl/2 || time.Since(start) > ttl+10*testInterval {
+	if took < ttl/2 || time.Since(start) > ttl+time.Second {
 		t.Errorf("a silent peer stopped counting after %v, want at the TTL (%v)", took, ttl)
 	}
 	if got := testutil.ToFloat64(expired.WithLabelValues(rs[1].instance, causeClosed)) + testutil.ToFloat64(expired.WithLabelValues(rs[1].instance, causeTTL)); got != 1 {
