@@ -48,8 +48,11 @@ func swarmMain(args []string) error {
 		return fmt.Errorf("--target=%q: %w", *target, err)
 	}
 	ps, err := parseInts(*ports)
-	if err != nil || len(ps) != *n {
-		return fmt.Errorf("--ports: want %d ports: %v", *n, err)
+	if err != nil {
+		return fmt.Errorf("--ports: %w", err)
+	}
+	if len(ps) != *n {
+		return fmt.Errorf("--ports: %d ports, want %d", len(ps), *n)
 	}
 	key := fwkdl.StateKey("inflight:inflight")
 	eps := make([]string, *endpoints)
