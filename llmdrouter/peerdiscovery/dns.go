@@ -11,6 +11,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/dnssrv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/params"
 )
 
 // DNSParameters are the parameters of dns-peer-discovery.
@@ -29,7 +30,7 @@ type DNSParameters struct {
 	// Namespace of the peers (default: env NAMESPACE, else POD_NAMESPACE).
 	Namespace string `json:"namespace,omitempty"`
 	// Interval between lookups, at least 1s (default 5s).
-	Interval *duration `json:"interval,omitempty"`
+	Interval *params.Duration `json:"interval,omitempty"`
 	// Server, if set, is the DNS server to ask ("10.96.0.10:53") instead of the
 	// system's resolver.
 	Server string `json:"server,omitempty"`
@@ -44,9 +45,9 @@ const (
 
 // DNSFactory builds dns-peer-discovery from its parameters. The replica recognizes
 // itself in the answers by POD_IP / POD_IPS (required).
-func DNSFactory(name string, params *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) {
+func DNSFactory(name string, parameters *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) {
 	var p DNSParameters
-	if err := decode(DNSType, params, &p); err != nil {
+	if err := params.Decode(DNSType, parameters, &p); err != nil {
 		return nil, err
 	}
 	if p.Name == "" {

@@ -8,6 +8,7 @@ import (
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/params"
 )
 
 // Environment variables the EndpointSlice type falls back to for a parameter left
@@ -33,9 +34,9 @@ type EndpointSliceParameters struct {
 // The replica's identity comes from the downward-API environment (POD_NAME, else
 // the host name; POD_IP, POD_IPS). Errors are one line naming the parameter (or
 // the variable it came from), worded as the epp binary's flag errors are.
-func EndpointSliceFactory(name string, params *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) {
+func EndpointSliceFactory(name string, parameters *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) {
 	var p EndpointSliceParameters
-	if err := decode(EndpointSliceType, params, &p); err != nil {
+	if err := params.Decode(EndpointSliceType, parameters, &p); err != nil {
 		return nil, err
 	}
 	names := endpointslice.ParamNames

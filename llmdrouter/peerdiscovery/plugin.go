@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -26,6 +25,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/params"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/wiring"
 )
 
@@ -80,7 +80,7 @@ type Extras struct {
 	// ProbeInterval, if set, probes every peer's peer-sync port (a TCP connect)
 	// about this often, jittered, and shows reachability in /debug/peers; at least
 	// 100ms. Env EPP_PEER_PROBE_INTERVAL.
-	ProbeInterval *duration `json:"probeInterval,omitempty"`
+	ProbeInterval *params.Duration `json:"probeInterval,omitempty"`
 	// PeerSyncAddress, if set, is listened on (":9005") and each connection answered
 	// with one line naming the replica, so that its peers' probes find it reachable
 	// where nothing else listens on the peer-sync port. Env EPP_PEER_SYNC_ADDRESS.
@@ -100,14 +100,14 @@ func (e *Extras) resolve() error {
 	if debugEnv {
 		e.DebugAddress = getenv("EPP_PEER_DEBUG_ADDRESS")
 	}
-	if err := validateAddress(name("debugAddress", "EPP_PEER_DEBUG_ADDRESS", debugEnv), e.DebugAddress); err != nil {
+	if err := params.CheckAddress(name("debugAddress", "EPP_PEER_DEBUG_ADDRESS", debugEnv), e.DebugAddress, ":9091"); err != nil {
 		return err
 	}
 	syncEnv := e.PeerSyncAddress == ""
 	if syncEnv {
 		e.PeerSyncAddress = getenv("EPP_PEER_SYNC_ADDRESS")
 	}
-	if err := validateAddress(name("peerSyncAddress", "EPP_PEER_SYNC_ADDRESS", syncEnv), e.PeerSyncAddress); err != nil {
+	if err := params.CheckAddress(name("peerSyncAddress", "EPP_PEER_SYNC_ADDRESS", syncEnv), e.PeerSyncAddress, ":9091"); err != nil {
 		return err
 	}
 	if e.ProbeInterval == nil {
@@ -116,7 +116,7 @@ func (e *Extras) resolve() error {
 			if err != nil {
 				return fmt.Errorf("invalid %s=%q: not a duration (e.g. 5s)", reachability.IntervalEnv, v)
 			}
-			e.ProbeInterval = &duration{d}
+			e.ProbeInterval = &params.Duration{Duration: d}
 			if d < reachability.MinInterval {
 				return fmt.Errorf("invalid %s=%q: want at least %v", reachability.IntervalEnv, v, reachability.MinInterval)
 			}
@@ -285,30 +285,6 @@ func (n notifier) DeletePeer(id string) {
 	n.n.Delete(types.NamespacedName{Namespace: namespace, Name: name})
 }
 
-// decode reads a plugin's parameters into v strictly (unknown fields are errors);
-// nil or empty parameters leave v as it is.
-func decode(typ string, params *json.Decoder, v any) error {
-	if params == nil {
-		return nil
-	}
-	params.DisallowUnknownFields()
-	if err := params.Decode(v); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("%s parameters: %w", typ, err)
-	}
-	return nil
-}
-
-// validateAddress checks an optional listen address; the error names it as name.
-func validateAddress(name, addr string) error {
-	if addr == "" {
-		return nil
-	}
-	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-		return fmt.Errorf("invalid %s=%q: want host:port, e.g. \":9091\"", name, addr)
-	}
-	return nil
-}
-
 // selfFromEnv is the replica's identity from the downward-API environment.
 // getenv reads the environment (a variable, so tests may replace it).
 var getenv = os.Getenv
@@ -321,21 +297,3 @@ func selfFromEnv(namespace string) (peers.Self, error) {
 func logger(typ, name string) logr.Logger {
 	return ctrl.Log.WithName(typ).WithValues("plugin", name)
 }
-
-// duration is a JSON duration: "5s".
-type duration struct{ time.Duration }
-
-func (d *duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration such as \"5s\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	d.Duration = v
-	return nil
-}
-
-func (d duration) String() string { return d.Duration.String() }

@@ -23,9 +23,7 @@ package peersyncer
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -40,6 +38,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/params"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 )
 
@@ -81,9 +80,9 @@ type Parameters struct {
 	Address string `json:"address,omitempty"`
 	// Interval is how often this replica pushes to its peers: set it to
 	// dataLayer.crossReplicaSyncInterval. Default 200ms (env EPP_PEER_SYNC_INTERVAL).
-	Interval *duration `json:"interval,omitempty"`
+	Interval *params.Duration `json:"interval,omitempty"`
 	// TTL is how long a silent peer's values count. Default 3 × interval.
-	TTL *duration `json:"ttl,omitempty"`
+	TTL *params.Duration `json:"ttl,omitempty"`
 	// MaxMessageBytes and MaxValueBytes bound what a peer may send (defaults 4 MiB and
 	// 4 KiB).
 	MaxMessageBytes int `json:"maxMessageBytes,omitempty"`
@@ -105,29 +104,24 @@ type Plugin struct {
 // getenv reads the environment (a variable, so tests may replace it).
 var getenv = os.Getenv
 
-func parseParameters(params *json.Decoder) (Parameters, error) {
+func parseParameters(parameters *json.Decoder) (Parameters, error) {
 	var p Parameters
-	if params != nil {
-		params.DisallowUnknownFields()
-		if err := params.Decode(&p); err != nil && !errors.Is(err, io.EOF) {
-			return p, fmt.Errorf("%s parameters: %w", Type, err)
-		}
-	}
-	return p, nil
+	err := params.Decode(Type, parameters, &p)
+	return p, err
 }
 
 // parseDependencies tells the EPP's configuration loader to build the discovery
 // plugin first.
-func parseDependencies(params *json.Decoder, _ fwkplugin.Handle) (any, error) {
-	p, err := parseParameters(params)
+func parseDependencies(parameters *json.Decoder, _ fwkplugin.Handle) (any, error) {
+	p, err := parseParameters(parameters)
 	return &p, err
 }
 
 // Factory builds peer-syncer: it checks the parameters (errors name the parameter
 // or the variable), listens on the peer-sync address, and runs until the EPP's
 // context (the handle's) ends.
-func Factory(name string, params *json.Decoder, handle fwkplugin.Handle) (fwkplugin.Plugin, error) {
-	p, err := parseParameters(params)
+func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fwkplugin.Plugin, error) {
+	p, err := parseParameters(parameters)
 	if err != nil {
 		return nil, err
 	}
@@ -186,8 +180,8 @@ func Factory(name string, params *json.Decoder, handle fwkplugin.Handle) (fwkplu
 	default:
 		addr = DefaultAddress
 	}
-	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-		return nil, fmt.Errorf("invalid %s=%q: want host:port, e.g. \":9005\"", addrParam, addr)
+	if err := params.CheckAddress(addrParam, addr, DefaultAddress); err != nil {
+		return nil, err
 	}
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -328,20 +322,4 @@ func sourceAddress(self peers.Self) func(peers.PeerMetadata) net.IP {
 		}
 		return nil
 	}
-}
-
-// duration is a JSON duration: "200ms".
-type duration struct{ time.Duration }
-
-func (d *duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err != nil {
-		return fmt.Errorf("want a duration such as \"200ms\": %w", err)
-	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	d.Duration = v
-	return nil
 }
