@@ -148,7 +148,7 @@ func (a *App) Run(ctx context.Context) error {
 		g.Go(func() error { return a.prober.Run(ctx, a.Store) })
 	}
 	if a.peerSync != nil {
-		line := fmt.Sprintf("epp-peer-discovery %s/%s\n", a.opts.PoolNamespace, a.opts.Self.Name)
+		line := reachability.AnswerLine(a.opts.PoolNamespace + "/" + a.opts.Self.Name)
 		g.Go(func() error {
 			if err := reachability.Answer(ctx, a.peerSync, line); err != nil {
 				return fmt.Errorf("--peer-sync-bind-address: %w", err)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
@@ -368,10 +369,9 @@ func (s *Syncer) connect(ctx context.Context, p peers.PeerMetadata) (net.Conn, e
 		conn.Close()
 		return nil, fmt.Errorf("banner: %w", err)
 	}
-	want := wire.BannerPrefix + p.ID()
-	if got := strings.TrimSuffix(line, "\n"); got != want {
+	if want := reachability.AnswerLine(p.ID()); line != want {
 		conn.Close()
-		return nil, fmt.Errorf("%w: the replica at %s answers %q, want %q", errWrongPeer, p.HostPort(), got, want)
+		return nil, fmt.Errorf("%w: the replica at %s answers %q, want %q", errWrongPeer, p.HostPort(), strings.TrimSuffix(line, "\n"), strings.TrimSuffix(want, "\n"))
 	}
 	b := append([]byte(wire.Preface), wire.AppendHello(nil, s.hello)...)
 	if _, err := conn.Write(b); err != nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 )
 
 // Reasons a peer's connection or message is refused, in the rejections_total metric.
@@ -30,28 +31,15 @@ const (
 
 // serve accepts the peers' connections until ctx ends.
 func (s *Syncer) serve(ctx context.Context) error {
-	l := s.o.Listener
-	go func() { <-ctx.Done(); l.Close() }()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	for {
-		conn, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
-			return err
-		}
+	return reachability.Accept(ctx, s.o.Listener, func(conn net.Conn) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			s.serveConn(ctx, conn)
 		}()
-	}
+	})
 }
 
 // inStream is one peer's connection to this replica, and what it defined.
@@ -116,7 +104,7 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn) {
 		}
 		conn = tc
 	}
-	if _, err := io.WriteString(conn, wire.BannerPrefix+s.hello.ID()+"\n"); err != nil {
+	if _, err := io.WriteString(conn, reachability.AnswerLine(s.hello.ID())); err != nil {
 		return
 	}
 	br := bufio.NewReaderSize(conn, 64<<10)

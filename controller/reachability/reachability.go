@@ -345,13 +345,28 @@ func (l *limiter) wait(ctx context.Context) bool {
 	return ctx.Err() == nil
 }
 
-// Answer accepts connections on l and answers each with line (say, one naming the
-// replica), then closes it, until ctx ends (nil) or accepting fails: what a probe of
-// another replica needs to find this one reachable where nothing else listens on
-// the peer-sync port. It is not a state sync.
+// AnswerLine is the line a replica writes first on each connection to its peer-sync
+// port, naming it (id: namespace/name), whether Answer or a state syncer listens
+// there: a probe needs only the connection, and a peer that dials checks the name.
+func AnswerLine(id string) string { return "epp-peer-discovery " + id + "\n" }
+
+// Answer accepts connections on l and answers each with line (AnswerLine), then
+// closes it, until ctx ends (nil) or accepting fails: what a probe of another replica
+// needs to find this one reachable where nothing else listens on the peer-sync port.
+// It is not a state sync.
 func Answer(ctx context.Context, l net.Listener, line string) error {
-	go func() { <-ctx.Done(); l.Close() }()
 	b := []byte(line)
+	return Accept(ctx, l, func(conn net.Conn) {
+		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = conn.Write(b)
+		_ = conn.Close()
+	})
+}
+
+// Accept hands each connection accepted on l to handle (which owns it), retrying
+// after a timeout, until ctx ends (nil; l is closed then) or accepting fails.
+func Accept(ctx context.Context, l net.Listener, handle func(net.Conn)) error {
+	go func() { <-ctx.Done(); l.Close() }()
 	for {
 		conn, err := l.Accept()
 		if err != nil {
@@ -364,8 +379,6 @@ func Answer(ctx context.Context, l net.Listener, line string) error {
 			}
 			return err
 		}
-		_ = conn.SetWriteDeadline(time.Now().Add(time.Second))
-		_, _ = conn.Write(b)
-		_ = conn.Close()
+		handle(conn)
 	}
 }

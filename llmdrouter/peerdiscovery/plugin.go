@@ -180,7 +180,7 @@ func (p *Plugin) Start(ctx context.Context, n fwkdl.PeerNotifier) error {
 			p.syncMu.Unlock()
 			return err
 		}
-		line := "epp-peer-discovery " + p.self + "\n"
+		line := reachability.AnswerLine(p.self)
 		actx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		p.syncCancel, p.syncDone = cancel, done

@@ -13,6 +13,7 @@ import (
 // pushes to the peer that listens:
 //
 //	listener → dialer: the banner line "epp-peer-discovery <namespace>/<name>\n"
+//	                   (reachability.AnswerLine, what probes are answered too)
 //	dialer → listener: the Preface "EPPSYNC1", then frames
 //	frame:   uvarint length, then that many bytes: a type byte and its body
 //	Hello:   version, namespace, name, start (unix ns), nonce (8 bytes)
@@ -30,9 +31,8 @@ import (
 // per interval; TCP keeps them in order, and a connection that loses one is closed
 // and starts again with a full State.
 const (
-	Preface      = "EPPSYNC1"
-	BannerPrefix = "epp-peer-discovery "
-	Version      = 1
+	Preface = "EPPSYNC1"
+	Version = 1
 
 	frameHello byte = 1
 	frameState byte = 2
