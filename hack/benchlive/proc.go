@@ -8,13 +8,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/cputime"
 )
 
 // proc is one running implementation: epp or the reference.
@@ -166,43 +166,8 @@ func (p *proc) waitFor(marker []byte, present bool, timeout time.Duration) (time
 	}
 }
 
-// cpu is the process's CPU time so far: the sum of its threads' time on a CPU
-// (/proc/<pid>/task/*/schedstat, nanoseconds), or utime+stime from /proc/<pid>/stat
-// (clock ticks) where the kernel keeps no schedstat.
-func (p *proc) cpu() (time.Duration, error) {
-	pid := p.cmd.Process.Pid
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	if err != nil {
-		return 0, err
-	}
-	var sum time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue // a thread that just exited
-		}
-		f := strings.Fields(string(b))
-		if len(f) > 0 {
-			ns, _ := strconv.ParseInt(f[0], 10, 64)
-			sum += time.Duration(ns)
-		}
-	}
-	if sum > 0 {
-		return sum, nil
-	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The fields after the command name (which may hold spaces) start at ")".
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * (time.Second / 100), nil
-}
+// cpu is the process's CPU time so far.
+func (p *proc) cpu() (time.Duration, error) { return cputime.Of(p.cmd.Process.Pid) }
 
 // rss is the process's resident set size in bytes (VmRSS).
 func (p *proc) rss() (int64, error) {

@@ -23,6 +23,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/cputime"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
@@ -248,7 +249,7 @@ func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (r
 	if _, err := measured.status(true); err != nil { // resets the latencies
 		return result{}, fmt.Errorf("%w; the replica's output:\n%s", err, tail(measured.out))
 	}
-	cpu0, err := cpuOf(measured.cmd.Process.Pid)
+	cpu0, err := cputime.Of(measured.cmd.Process.Pid)
 	if err != nil {
 		return result{}, err
 	}
@@ -260,7 +261,7 @@ func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (r
 	time.Sleep(o.window)
 	wall := time.Since(t0)
 	r := result{syncer: syncer, replicas: n, endpoints: endpoints}
-	c, err := cpuOf(measured.cmd.Process.Pid)
+	c, err := cputime.Of(measured.cmd.Process.Pid)
 	if err != nil {
 		return result{}, err
 	}
@@ -346,21 +347,6 @@ func (p *benchProc) sentBytes() (float64, error) {
 		}
 	}
 	return 0, sc.Err()
-}
-
-// cpuOf is the process's CPU time: utime+stime from /proc/<pid>/stat.
-func cpuOf(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
-	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * (time.Second / 100), nil
 }
 
 const (
