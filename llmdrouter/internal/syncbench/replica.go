@@ -95,12 +95,10 @@ func replicaMain(args []string) error {
 	store := statesync.NewMemoryPeerStore()
 	go func() { _ = pd.(fwkdl.PeerDiscovery).Start(ctx, fwkdl.NewPeerNotifier(store)) }()
 
-	eps := make([]string, *endpoints)
-	for i := range eps {
-		eps[i] = fmt.Sprintf("llm/vllm-%04d", i)
-	}
+	eps := endpointNames(*endpoints)
 	lat := &latencies{seen: map[int64]int64{}}
-	go publish(ctx, s, spec, eps, *interval, *index, *change)
+	set := func(k, ep string, v any) { _ = s.Set(ctx, fwkdl.StateKey(k), ep, v) }
+	go publish(ctx, set, string(spec.StateKey), eps, *interval, *index, *change)
 	go schedule(ctx, s, spec, eps, *decisions)
 	// Both syncers get the same watcher, so that it costs them the same (with
 	// LocalSyncer it only ever sees this replica's own clock).
@@ -148,9 +146,10 @@ func isReady(pd fwkplugin.Plugin) bool {
 	}
 }
 
-// publish is the cross-replica publisher: every interval, Set each endpoint's fresh
-// snapshot (here every value changes every interval: the most a push can carry).
-func publish(ctx context.Context, s fwkdl.CrossReplicaSyncer, spec fwkdl.CrossReplicaSpec, eps []string, interval time.Duration, index int64, change float64) {
+// publish is what the cross-replica publisher does, for the bench: every interval,
+// set (through set) each endpoint's load of that tick, of which the first change
+// share is new every tick (see load), and this replica's clock.
+func publish(ctx context.Context, set func(key, endpoint string, value any), key string, eps []string, interval time.Duration, index int64, change float64) {
 	changing := int(change * float64(len(eps)))
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -161,10 +160,19 @@ func publish(ctx context.Context, s fwkdl.CrossReplicaSyncer, spec fwkdl.CrossRe
 		case <-t.C:
 		}
 		for i, ep := range eps {
-			_ = s.Set(ctx, spec.StateKey, ep, fwkdl.Cloneable(load(tick, i, changing)))
+			set(key, ep, load(tick, i, changing))
 		}
-		_ = s.Set(ctx, clockKey, "clock", &clock{Replica: index, Seq: tick, At: time.Now().UnixNano()})
+		set(clockKey, "clock", &clock{Replica: index, Seq: tick, At: time.Now().UnixNano()})
 	}
+}
+
+// endpointNames are the bench's n endpoints.
+func endpointNames(n int) []string {
+	eps := make([]string, n)
+	for i := range eps {
+		eps[i] = fmt.Sprintf("llm/vllm-%04d", i)
+	}
+	return eps
 }
 
 // load is endpoint i's value at tick: a new one each tick for the first changing

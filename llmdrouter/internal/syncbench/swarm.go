@@ -55,10 +55,7 @@ func swarmMain(args []string) error {
 		return fmt.Errorf("--ports: %d ports, want %d", len(ps), *n)
 	}
 	key := fwkdl.StateKey("inflight:inflight")
-	eps := make([]string, *endpoints)
-	for i := range eps {
-		eps[i] = fmt.Sprintf("llm/vllm-%04d", i)
-	}
+	eps := endpointNames(*endpoints)
 	for i := 1; i <= *n; i++ {
 		ip := netns.Addr(10 + i)
 		l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(ps[i-1])))
@@ -75,22 +72,8 @@ func swarmMain(args []string) error {
 			return err
 		}
 		go func() { _ = s.Run(ctx) }()
-		go func(idx int64) {
-			t := time.NewTicker(*interval)
-			defer t.Stop()
-			for tick := int64(0); ; tick++ {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				changing := int(*change * float64(*endpoints))
-				for e := range *endpoints {
-					_ = s.Set(string(key), eps[e], load(tick, e, changing))
-				}
-				_ = s.Set(clockKey, "clock", &clock{Replica: idx, Seq: tick, At: time.Now().UnixNano()})
-			}
-		}(int64(i))
+		set := func(k, ep string, v any) { _ = s.Set(k, ep, v) }
+		go publish(ctx, set, string(key), eps, *interval, int64(i), *change)
 	}
 	<-ctx.Done()
 	return nil
