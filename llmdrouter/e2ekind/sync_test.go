@@ -37,6 +37,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/inflight"
 )
 
 const interval = 200 * time.Millisecond
@@ -102,29 +103,7 @@ func loads(addr string) (map[string]int64, error) {
 	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
-	for _, k := range doc.Keys {
-		for _, e := range k.Endpoints {
-			if len(e.Aggregate) == 0 {
-				continue
-			}
-			var l struct{ Requests int64 }
-			if err := json.Unmarshal(e.Aggregate, &l); err != nil {
-				return nil, err
-			}
-			out[e.Endpoint] = l.Requests
-		}
-	}
-	return out, nil
-}
-
-func describe(m map[string]int64) string {
-	var ks []string
-	for k, v := range m {
-		ks = append(ks, fmt.Sprintf("%s=%d", k, v))
-	}
-	sort.Strings(ks)
-	return strings.Join(ks, " ")
+	return inflight.Requests(doc)
 }
 
 // waitLoads polls every 20 ms until every observer sees want, and returns how long
@@ -142,7 +121,7 @@ func waitLoads(t *testing.T, step string, within time.Duration, observers map[st
 			}
 			for ep, n := range want {
 				if v, ok := got[ep]; !ok || v != n {
-					wrong = append(wrong, fmt.Sprintf("%s sees %s, want %s", name, describe(got), describe(want)))
+					wrong = append(wrong, fmt.Sprintf("%s sees %s, want %s", name, inflight.Describe(got), inflight.Describe(want)))
 					break
 				}
 			}

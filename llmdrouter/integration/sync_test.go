@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +21,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/inflight"
 )
 
 // syncInterval is the EPP's dataLayer.crossReplicaSyncInterval and the syncer's
@@ -139,33 +139,7 @@ func (r *replica) loads() (map[string]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]int64{}
-	for _, k := range doc.Keys {
-		for _, e := range k.Endpoints {
-			if len(e.Aggregate) == 0 {
-				continue // no value of any replica yet
-			}
-			var l struct{ Requests int64 }
-			if err := json.Unmarshal(e.Aggregate, &l); err != nil {
-				return nil, err
-			}
-			out[e.Endpoint] = l.Requests
-		}
-	}
-	return out, nil
-}
-
-func describeLoads(m map[string]int64) string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var out []string
-	for _, k := range keys {
-		out = append(out, fmt.Sprintf("%s=%d", k, m[k]))
-	}
-	return strings.Join(out, " ")
+	return inflight.Requests(doc)
 }
 
 // waitLoads waits until every replica in which sees want (endpoints not in want:
@@ -183,7 +157,7 @@ func waitLoads(t *testing.T, step string, within time.Duration, rs []*replica, w
 			}
 			for ep, n := range want {
 				if v, ok := got[ep]; !ok || v != n {
-					wrong = append(wrong, fmt.Sprintf("%s sees %s, want %s", rs[i].pod, describeLoads(got), describeLoads(want)))
+					wrong = append(wrong, fmt.Sprintf("%s sees %s, want %s", rs[i].pod, inflight.Describe(got), inflight.Describe(want)))
 					break
 				}
 			}
