@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/kindnode"
 )
 
 // probeInterval is the reachability probe interval of TestReachability.
@@ -156,23 +156,7 @@ func TestReachability(t *testing.T) {
 	waitFor("every peer reachable", 3*probeInterval, func(string, string) string { return "ok" })
 
 	victim := s.Live[0]
-	rule := []string{"FORWARD", "-d", victim.Status.PodIP + "/32", "-p", "tcp", "--dport", "9005", "-j", "DROP"}
-	iptables := func(op string) error {
-		out, err := exec.CommandContext(ctx, "docker", append([]string{"exec", victim.Spec.NodeName, "iptables", op}, rule...)...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("docker exec %s iptables %s %v: %w: %s", victim.Spec.NodeName, op, rule, err, out)
-		}
-		return nil
-	}
-	if err := iptables("-I"); err != nil {
-		t.Fatal(err)
-	}
-	dropped := true
-	t.Cleanup(func() {
-		if dropped {
-			_ = iptables("-D")
-		}
-	})
+	restore := kindnode.InsertRule(t, victim.Spec.NodeName, "FORWARD", "-d", victim.Status.PodIP+"/32", "-p", "tcp", "--dport", "9005", "-j", "DROP")
 	t.Logf("dropping TCP to %s (%s) port 9005 in node %s", victim.Name, victim.Status.PodIP, victim.Spec.NodeName)
 	down := waitFor("the others see "+victim.Name+" unreachable", 2*probeInterval, func(observer, peer string) string {
 		if peer == victim.Name && observer != victim.Name {
@@ -184,10 +168,9 @@ func TestReachability(t *testing.T) {
 		t.Errorf("%d replicas count one unreachable peer, want the 2 others", n)
 	}
 
-	if err := iptables("-D"); err != nil {
+	if err := restore(); err != nil {
 		t.Fatal(err)
 	}
-	dropped = false
 	up := waitFor("the others see "+victim.Name+" reachable again", 2*probeInterval, func(string, string) string { return "ok" })
 	record("%-17s %-20s %6.2fs", "helm/reachability", "seen unreachable", down.Seconds())
 	record("%-17s %-20s %6.2fs", "helm/reachability", "seen reachable", up.Seconds())

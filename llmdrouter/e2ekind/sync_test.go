@@ -36,6 +36,7 @@ import (
 	"k8s.io/client-go/transport/spdy"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/kindnode"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/inflight"
 )
@@ -236,31 +237,14 @@ func TestStateSyncOnKind(t *testing.T) {
 	// A's pushes to the others' peer-sync port dropped in A's node (what the node
 	// forwards from A's pod): B and C stop counting A within the TTL (3 intervals),
 	// then exactly A's load again once the rule is gone.
-	rule := []string{"FORWARD", "-s", a.Status.PodIP + "/32", "-p", "tcp", "--dport", "9005", "-j", "DROP"}
-	iptables := func(op string) error {
-		out, err := exec.Command("docker", append([]string{"exec", a.Spec.NodeName, "iptables", op}, rule...)...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("docker exec %s iptables %s %v: %w: %s", a.Spec.NodeName, op, rule, err, out)
-		}
-		return nil
-	}
-	if err := iptables("-I"); err != nil {
-		t.Fatal(err)
-	}
-	dropped := true
-	t.Cleanup(func() {
-		if dropped {
-			_ = iptables("-D")
-		}
-	})
+	restore := kindnode.InsertRule(t, a.Spec.NodeName, "FORWARD", "-s", a.Status.PodIP+"/32", "-p", "tcp", "--dport", "9005", "-j", "DROP")
 	gone := waitLoads(t, "A's pushes dropped: B and C stop counting A", 10*time.Second, peersOf, idle)
 	if gone > 3*interval+time.Second {
 		t.Errorf("A's load counted %v after its pushes were dropped, want within the TTL (%v) and a poll", gone, 3*interval)
 	}
-	if err := iptables("-D"); err != nil {
+	if err := restore(); err != nil {
 		t.Fatal(err)
 	}
-	dropped = false
 	waitLoads(t, "A's pushes flow again: exact sums", 15*time.Second, peersOf, held)
 
 	// A's pod deleted: its load leaves B and C within 1 s of its leaving the
