@@ -221,12 +221,9 @@ func (s *Syncer) attach(in *inStream, ip string) (*peerRec, string) {
 }
 
 // older reports whether a is an earlier run of the process than b.
-func older(a, b wire.Hello) bool {
-	if a.Start != b.Start {
-		return a.Start < b.Start
-	}
-	return false // the same run reconnecting, or two runs in one nanosecond: the newest connection wins
-}
+// The same run reconnecting (or two runs started in one nanosecond) is not older:
+// the newest connection wins.
+func older(a, b wire.Hello) bool { return a.Start < b.Start }
 
 // detach ends in's part: if it was the connection in force, its values go on
 // counting until the TTL from its last message, unless another connection brings a
@@ -255,24 +252,17 @@ func (s *Syncer) detach(in *inStream) {
 	}
 	left := time.Duration(rec.lastHeard.Load()+int64(s.o.TTL)) - time.Duration(s.o.now().UnixNano())
 	gen := in.gen
-	expire := func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.peers[rec.id] == rec && rec.valid.CompareAndSwap(gen, 0) {
-			s.m.expired.WithLabelValues(causeClosed).Add(float64(rec.counted))
-			rec.counted = 0
-			s.publishMembersLocked()
-		}
-	}
 	if left <= 0 {
-		if rec.valid.CompareAndSwap(gen, 0) {
-			s.m.expired.WithLabelValues(causeClosed).Add(float64(rec.counted))
-			rec.counted = 0
-			s.publishMembersLocked()
-		}
+		s.endGenerationLocked(rec, gen, causeClosed)
 		return
 	}
-	rec.timer = time.AfterFunc(left, expire)
+	rec.timer = time.AfterFunc(left, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.peers[rec.id] == rec {
+			s.endGenerationLocked(rec, gen, causeClosed)
+		}
+	})
 }
 
 // expire makes in's values stop counting now: the peer sent nothing for the TTL.
@@ -280,17 +270,25 @@ func (s *Syncer) expire(in *inStream, cause string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec := in.rec
-	if rec == nil || rec.in != in {
+	if rec == nil || rec.in != in || in.gen == 0 {
 		return
 	}
-	if in.gen != 0 && rec.valid.CompareAndSwap(in.gen, 0) {
-		s.m.expired.WithLabelValues(cause).Add(float64(rec.counted))
-		rec.counted = 0
-		s.publishMembersLocked()
-		if s.m.rateLimit("expire", s.o.now()) {
-			s.log.Info("peer silent for the TTL: its values no longer count", "peer", rec.id, "ttl", s.o.TTL)
-		}
+	if s.endGenerationLocked(rec, in.gen, cause) && s.m.rateLimit("expire", s.o.now()) {
+		s.log.Info("peer silent for the TTL: its values no longer count", "peer", rec.id, "ttl", s.o.TTL)
 	}
+}
+
+// endGenerationLocked makes rec's values stop counting if gen is still its
+// generation in force (cause: for the values_expired_total metric), and reports
+// whether it was. Syncer.mu is held.
+func (s *Syncer) endGenerationLocked(rec *peerRec, gen uint64, cause string) bool {
+	if !rec.valid.CompareAndSwap(gen, 0) {
+		return false
+	}
+	s.m.expired.WithLabelValues(cause).Add(float64(rec.counted))
+	rec.counted = 0
+	s.publishMembersLocked()
+	return true
 }
 
 // stopAll ends every pusher and connection (Run is over).

@@ -233,8 +233,7 @@ func (s *Syncer) writeBudget() time.Duration { return max(s.o.Interval/4, 20*tim
 func (o *outStream) push(s *Syncer, c *outConn, frame []byte, built time.Time) {
 	_ = c.c.SetWriteDeadline(built.Add(s.writeBudget()))
 	if _, err := c.c.Write(frame); err != nil {
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
+		if isTimeout(err) {
 			s.m.dropped.Inc() // a slow peer: it starts again from a full state
 		}
 		msg := err.Error()
@@ -386,7 +385,6 @@ var errWrongPeer = errors.New("wrong peer")
 
 // connectReason names a failure to push, for the metrics.
 func connectReason(err error) string {
-	var ne net.Error
 	switch {
 	case errors.Is(err, errWrongPeer):
 		return "wrong-peer"
@@ -394,7 +392,7 @@ func connectReason(err error) string {
 		return "tls"
 	case strings.HasPrefix(err.Error(), "banner:"):
 		return "banner"
-	case errors.As(err, &ne) && ne.Timeout():
+	case isTimeout(err):
 		return "timeout"
 	case strings.Contains(err.Error(), "connection refused"):
 		return "refused"

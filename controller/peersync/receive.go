@@ -147,8 +147,7 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn) {
 		// Wait for a message's first byte: a deadline that fires here has consumed
 		// nothing, so the connection can go on.
 		if _, err := br.Peek(1); err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if isTimeout(err) {
 				if s.o.now().Sub(last) < s.o.TTL {
 					_ = conn.SetReadDeadline(last.Add(s.o.TTL))
 					continue
@@ -163,8 +162,7 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn) {
 		}
 		body, err := wire.ReadFrameInto(br, s.o.MaxMessageBytes, buf)
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			if isTimeout(err) {
 				s.expire(in, causeTTL) // silent in the middle of a message
 				return
 			}
@@ -194,6 +192,11 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn) {
 	}
 }
 
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 func isClosed(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, io.ErrUnexpectedEOF)
 }
@@ -203,11 +206,8 @@ func (s *Syncer) rejectRead(err error, ip string) {
 	case errors.Is(err, wire.ErrFrameTooLarge):
 		s.reject(RejectOversized, "a message over the size limit; closing the peer's connection", "address", ip, "error", err.Error())
 	case isClosed(err):
+	case isTimeout(err):
 	default:
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return
-		}
 		s.reject(RejectMalformed, "a malformed message; closing the peer's connection", "address", ip, "error", err.Error())
 	}
 }
