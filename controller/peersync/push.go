@@ -3,6 +3,7 @@ package peersync
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -141,7 +142,7 @@ func (s *Syncer) tick() {
 		e.lastBytes = append(e.lastBytes[:0], enc...)
 		delta.Values = append(delta.Values, wire.ValueDef{Entry: e.index, Data: e.lastBytes})
 	}
-	slices.SortFunc(delta.Values, func(a, b wire.ValueDef) int { return cmpUint64(a.Entry, b.Entry) })
+	slices.SortFunc(delta.Values, func(a, b wire.ValueDef) int { return cmp.Compare(a.Entry, b.Entry) })
 	deltaFrame := wire.AppendState(nil, &delta)
 	var fullFrame []byte
 	for _, o := range outs {
@@ -169,16 +170,6 @@ func (s *Syncer) tick() {
 	}
 }
 
-func cmpUint64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
 func keyDefOf(k *keyState) wire.KeyDef {
 	c := k.codec.Load()
 	return wire.KeyDef{Index: k.index, Name: k.name, Codec: c.Kind, Fields: c.Fields}
@@ -197,7 +188,7 @@ func (s *Syncer) fullState(seq uint64) []byte {
 			full.Values = append(full.Values, wire.ValueDef{Entry: e.index, Data: e.lastBytes})
 		}
 	}
-	slices.SortFunc(full.Values, func(a, b wire.ValueDef) int { return cmpUint64(a.Entry, b.Entry) })
+	slices.SortFunc(full.Values, func(a, b wire.ValueDef) int { return cmp.Compare(a.Entry, b.Entry) })
 	return wire.AppendState(nil, &full)
 }
 
@@ -236,9 +227,7 @@ func (o *outStream) push(s *Syncer, c *outConn, frame []byte, built time.Time) {
 		if isTimeout(err) {
 			s.m.dropped.Inc() // a slow peer: it starts again from a full state
 		}
-		msg := err.Error()
-		o.lastError.Store(&msg)
-		s.m.connectErrors.WithLabelValues(connectReason(err)).Inc()
+		o.failed(s, err)
 		o.conn.CompareAndSwap(c, nil)
 		c.fail()
 		return
@@ -251,6 +240,16 @@ func (o *outStream) push(s *Syncer, c *outConn, frame []byte, built time.Time) {
 	s.m.pushSeconds.Observe(done.Sub(built).Seconds())
 	s.m.sentBytes.Add(float64(len(frame)))
 	s.m.sentMessages.Inc()
+}
+
+// failed records a failure to connect or to push: the peer's last error (in the
+// document) and the metric, by the reason it returns.
+func (o *outStream) failed(s *Syncer, err error) string {
+	reason := connectReason(err)
+	s.m.connectErrors.WithLabelValues(reason).Inc()
+	msg := err.Error()
+	o.lastError.Store(&msg)
+	return reason
 }
 
 // run keeps a connection to the peer until ctx ends.
@@ -271,13 +270,9 @@ func (o *outStream) run(ctx context.Context, s *Syncer) {
 			if ctx.Err() != nil {
 				return
 			}
-			reason := connectReason(err)
-			s.m.connectErrors.WithLabelValues(reason).Inc()
-			msg := err.Error()
-			o.lastError.Store(&msg)
-			if logged != reason {
+			if reason := o.failed(s, err); logged != reason {
 				logged = reason
-				s.log.Info("cannot push to peer; retrying", "peer", o.peer.ID(), "address", o.peer.HostPort(), "reason", reason, "error", msg)
+				s.log.Info("cannot push to peer; retrying", "peer", o.peer.ID(), "address", o.peer.HostPort(), "reason", reason, "error", err.Error())
 			}
 			backoff = nextBackoff(backoff)
 			continue
