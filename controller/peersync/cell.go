@@ -1,6 +1,7 @@
 package peersync
 
 import (
+	"encoding/binary"
 	"runtime"
 	"sync/atomic"
 
@@ -71,7 +72,7 @@ func (c *cell) write(gen uint64, key *wire.RemoteKey, raw []byte, at int64) {
 		var buf [inlineWords * 8]byte
 		copy(buf[:], raw)
 		for i := range (len(raw) + 7) / 8 {
-			c.w[i].Store(leUint64(buf[i*8:]))
+			c.w[i].Store(binary.LittleEndian.Uint64(buf[i*8:]))
 		}
 		if c.big.Load() != nil {
 			c.big.Store(nil)
@@ -135,7 +136,7 @@ func (c *cell) load(buf *[inlineWords * 8]byte) (seq, gen uint64, raw []byte, ke
 		raw = nil
 		if n >= 0 && n <= inlineWords*8 {
 			for i := range inlineWords {
-				putLeUint64(buf[i*8:], c.w[i].Load())
+				binary.LittleEndian.PutUint64(buf[i*8:], c.w[i].Load())
 			}
 			raw = buf[:n]
 		} else if b := c.big.Load(); n >= 0 && b != nil {
@@ -174,14 +175,4 @@ func (c *cell) raw(gen uint64) ([]byte, int64, bool) {
 // holds reports whether the cell has a value of one of the generations.
 func (c *cell) holds(valid map[uint64]bool) bool {
 	return c.meta.Load() != 0 && valid[c.gen.Load()]
-}
-
-func leUint64(b []byte) uint64 {
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
-}
-
-func putLeUint64(b []byte, v uint64) {
-	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
-	b[4], b[5], b[6], b[7] = byte(v>>32), byte(v>>40), byte(v>>48), byte(v>>56)
 }
