@@ -2,6 +2,7 @@ package peersync
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -105,7 +106,7 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 
 	ms := *s.members.Load()
 	keys := *s.keys.Load()
-	for _, name := range sortedKeys(keys) {
+	for _, name := range slices.Sorted(maps.Keys(keys)) {
 		if !strings.HasPrefix(name, keyPrefix) {
 			continue
 		}
@@ -169,15 +170,6 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 		doc.Keys = append(doc.Keys, kv)
 	}
 	return doc
-}
-
-func sortedKeys(m map[string]*keyState) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func marshal(v any) json.RawMessage {
