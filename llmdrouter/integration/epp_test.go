@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -91,7 +90,7 @@ func startEPPs(t *testing.T, ns string, n int, config func(i int, r *replica) st
 		}
 		if netns.Inside() {
 			r.ip = netns.Addr(10 + i)
-			r.syncPort = int32(freePort(t, r.ip))
+			r.syncPort = int32(testenv.FreePort(r.ip))
 		}
 		port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 		args := append([]string{
@@ -108,17 +107,6 @@ func startEPPs(t *testing.T, ns string, n int, config func(i int, r *replica) st
 		out = append(out, r)
 	}
 	return out
-}
-
-// freePort is a free TCP port on ip.
-func freePort(t *testing.T, ip string) int {
-	t.Helper()
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // view is the replica's peer set as its plugin serves it: "name@address ready" ...

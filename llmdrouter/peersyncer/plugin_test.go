@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peersyncer"
 )
@@ -43,16 +42,6 @@ func setEnv(t *testing.T, kv ...string) {
 	for i := 0; i+1 < len(kv); i += 2 {
 		t.Setenv(kv[i], kv[i+1])
 	}
-}
-
-func freePort(t *testing.T, ip string) int {
-	t.Helper()
-	l, err := net.Listen("tcp", ip+":0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // eppReplica is one EPP's plugins, built as its configuration loader builds them:
@@ -80,7 +69,7 @@ func startReplicas(t *testing.T, n int, syncerParams string) []*eppReplica {
 	ports := make([]int, n)
 	for i := range n {
 		ip := fmt.Sprintf("127.0.0.%d", i+2)
-		ports[i] = freePort(t, ip)
+		ports[i] = testenv.FreePort(ip)
 		host := fmt.Sprintf("epp-%d.epp-peers.ns.svc.cluster.local", i)
 		srv.SetAddrs(host, ip)
 		recs = append(recs, dnsserver.SRV{Target: host, Port: uint16(ports[i])})
@@ -91,7 +80,7 @@ func startReplicas(t *testing.T, n int, syncerParams string) []*eppReplica {
 		ctx, cancel := context.WithCancel(context.Background())
 		t.Cleanup(cancel)
 		ip := fmt.Sprintf("127.0.0.%d", i+2)
-		r := &eppReplica{name: fmt.Sprintf("epp-%d", i), debug: net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t, "127.0.0.1")))}
+		r := &eppReplica{name: fmt.Sprintf("epp-%d", i), debug: testenv.FreeAddr()}
 		setEnv(t, "POD_NAME", r.name, "POD_IP", ip, "NAMESPACE", "ns")
 		r.handle = fwkplugin.NewEppHandle(ctx, nil, fwkplugin.WithMetricsRecorder(prometheus.NewRegistry()))
 		pd, err := fwkplugin.Registry[peerdiscovery.DNSType]("peer-discovery",

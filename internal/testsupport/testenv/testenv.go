@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -264,12 +265,17 @@ func Main(m *testing.M, suite string, set func(*Env), after ...func()) {
 
 // FreeAddr returns a 127.0.0.1 address whose port was free a moment ago.
 func FreeAddr() string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort("127.0.0.1")))
+}
+
+// FreePort returns a TCP port of ip that was free a moment ago.
+func FreePort(ip string) int {
+	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	if err != nil {
 		panic(err)
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().(*net.TCPAddr).Port
 }
 
 var (

@@ -196,20 +196,14 @@ func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (r
 	ports := make([]int, n)
 	for i := range n {
 		ip := netns.Addr(10 + i)
-		if ports[i], err = freePort(ip); err != nil {
-			return result{}, err
-		}
+		ports[i] = testenv.FreePort(ip)
 		s := slicegen.Slice(fmt.Sprintf("epp-r%d", i), slicegen.Namespace(ns), slicegen.Ports("peer-sync", ports[i]), slicegen.Pod(fmt.Sprintf("epp-%d", i), ip))
 		s.Annotations = map[string]string{discoveryv1.LabelManagedBy: "syncbench"}
 		if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
 			return result{}, err
 		}
 	}
-	httpPort, err := freePort("127.0.0.1")
-	if err != nil {
-		return result{}, err
-	}
-	measured := &benchProc{http: net.JoinHostPort("127.0.0.1", strconv.Itoa(httpPort)), out: &bytes.Buffer{}}
+	measured := &benchProc{http: testenv.FreeAddr(), out: &bytes.Buffer{}}
 	measured.cmd = exec.Command(self, "replica", "--syncer="+syncer, "--endpoints="+strconv.Itoa(endpoints), "--interval="+o.interval.String(),
 		"--sync-address="+net.JoinHostPort(netns.Addr(10), strconv.Itoa(ports[0])), "--http-address="+measured.http, "--index=0",
 		"--decisions="+strconv.Itoa(o.decisions), "--change="+strconv.FormatFloat(o.change, 'f', -1, 64))
@@ -303,15 +297,6 @@ func tail(b *bytes.Buffer) string {
 		s = s[len(s)-4000:]
 	}
 	return s
-}
-
-func freePort(ip string) (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 var client = &http.Client{Timeout: 5 * time.Second}
