@@ -40,6 +40,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/markdown"
+
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
@@ -166,7 +168,7 @@ func run(o options) error {
 		return res.smokeCheck(o)
 	}
 	if o.write != "" {
-		return replaceSection(o.write, table)
+		return markdown.ReplaceSection(o.write, sectionBegin, sectionEnd, table)
 	}
 	return nil
 }

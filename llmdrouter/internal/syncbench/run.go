@@ -24,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/cputime"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/markdown"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
@@ -128,7 +129,7 @@ func runMain(args []string) error {
 		return smokeCheck(o, results)
 	}
 	if o.write != "" {
-		return writeBetween(o.write, table)
+		return markdown.ReplaceSection(o.write, beginMarker, endMarker, table)
 	}
 	return nil
 }
@@ -360,18 +361,10 @@ func report(o runOptions, rs []result, took time.Duration) string {
 				continue
 			}
 			fmt.Fprintf(&sb, "| %d | %s | %.2f%% | %.2f%% | %+.2f%% of a core | %s/s | %.1f | %v / %v |\n",
-				n, commas(e), 100*l.cpu, 100*p.cpu, 100*(p.cpu-l.cpu), bytesString(p.bytesPerS), p.perEPPush, p.visibleP50, p.visibleP99)
+				n, markdown.Thousands(e), 100*l.cpu, 100*p.cpu, 100*(p.cpu-l.cpu), bytesString(p.bytesPerS), p.perEPPush, p.visibleP50, p.visibleP99)
 		}
 	}
 	return sb.String()
-}
-
-func commas(n int) string {
-	s := strconv.Itoa(n)
-	if len(s) <= 3 {
-		return s
-	}
-	return s[:len(s)-3] + "," + s[len(s)-3:]
 }
 
 func bytesString(b float64) string {
@@ -382,19 +375,4 @@ func bytesString(b float64) string {
 		return fmt.Sprintf("%.1f KiB", b/(1<<10))
 	}
 	return fmt.Sprintf("%.0f B", b)
-}
-
-// writeBetween replaces what lies between the markers in path with table.
-func writeBetween(path, table string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	s := string(b)
-	i, j := strings.Index(s, beginMarker), strings.Index(s, endMarker)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s has no %q ... %q section", path, beginMarker, endMarker)
-	}
-	s = s[:i+len(beginMarker)] + "\n" + table + s[j:]
-	return os.WriteFile(path, []byte(s), 0o644)
 }

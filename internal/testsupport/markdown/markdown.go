@@ -1,0 +1,39 @@
+// Package markdown writes the benchmarks' figures into the project's markdown docs:
+// numbers as the docs print them, and a generated section between two markers.
+package markdown
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Thousands is n with commas between groups of three digits: 1,234,567.
+func Thousands(n int) string {
+	s := strconv.Itoa(n)
+	start := 0
+	if n < 0 {
+		start = 1
+	}
+	for i := len(s) - 3; i > start; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
+
+// ReplaceSection puts text between the markers begin and end of the markdown file
+// at path, in place of what was there.
+func ReplaceSection(path, begin, end, text string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	s := string(b)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		return fmt.Errorf("%s: no section between %q and %q", path, begin, end)
+	}
+	s = s[:i+len(begin)] + "\n" + text + s[j:]
+	return os.WriteFile(path, []byte(s), 0o644)
+}

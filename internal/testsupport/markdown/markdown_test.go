@@ -1,0 +1,32 @@
+package markdown
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestThousands(t *testing.T) {
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", 145000: "145,000", 1234567: "1,234,567", -1234: "-1,234"} {
+		if got := Thousands(n); got != want {
+			t.Errorf("Thousands(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestReplaceSection(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "doc.md")
+	if err := os.WriteFile(path, []byte("# Doc\n<!-- b -->\nold\n<!-- e -->\nafter\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := ReplaceSection(path, "<!-- b -->", "<!-- e -->", "new\n"); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(path)
+	if want := "# Doc\n<!-- b -->\nnew\n<!-- e -->\nafter\n"; string(b) != want {
+		t.Errorf("got %q, want %q", b, want)
+	}
+	if err := ReplaceSection(path, "<!-- x -->", "<!-- e -->", "new\n"); err == nil {
+		t.Error("no error for a file without the section")
+	}
+}
