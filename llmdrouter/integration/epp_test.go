@@ -3,7 +3,6 @@ package integration_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -65,13 +64,13 @@ dataLayer:
 // (--endpoint-selector), ports of their own on 127.0.0.1.
 func startReplicas(t *testing.T, ns string, n int, membership string, extraArgs ...string) []*replica {
 	t.Helper()
-	return startEPPs(t, ns, n, func(_ int, r *replica) string { return eppConfig(membership, r.debug) }, extraArgs...)
+	return startEPPs(t, ns, n, func(r *replica) string { return eppConfig(membership, r.debug) }, extraArgs...)
 }
 
 // startEPPs starts n EPP replicas with the configuration config gives each; replica
-// i has POD_IP 10.0.0.<i+1>, or, inside the test's network namespace, its own
-// address there (netns.Addr(10+i)) with a peer-sync port on it.
-func startEPPs(t *testing.T, ns string, n int, config func(i int, r *replica) string, extraArgs ...string) []*replica {
+// i has its own address in the suite's network namespace (netns.Addr(10+i)) as
+// POD_IP, with a peer-sync port on it.
+func startEPPs(t *testing.T, ns string, n int, config func(r *replica) string, extraArgs ...string) []*replica {
 	t.Helper()
 	bin := eppBinary(t)
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
@@ -82,21 +81,18 @@ func startEPPs(t *testing.T, ns string, n int, config func(i int, r *replica) st
 	for i := range n {
 		r := &replica{
 			pod:        fmt.Sprintf("epp-7d9f8c6b5-r%d", i),
-			ip:         fmt.Sprintf("10.0.0.%d", i+1),
+			ip:         netns.Addr(10 + i),
 			debug:      testenv.FreeAddr(),
 			metrics:    testenv.FreeAddr(),
 			grpc:       testenv.FreeAddr(),
 			grpcHealth: testenv.FreeAddr(),
 		}
-		if netns.Inside() {
-			r.ip = netns.Addr(10 + i)
-			r.syncPort = int32(testenv.FreePort(r.ip))
-		}
+		r.syncPort = int32(testenv.FreePort(r.ip))
 		port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
 		args := append([]string{
 			"--endpoint-selector=app=vllm", "--endpoint-target-ports=8000", "--pool-namespace=" + ns,
 			"--grpc-port=" + port(r.grpc), "--grpc-health-port=" + port(r.grpcHealth), "--metrics-port=" + port(r.metrics),
-			"--metrics-endpoint-auth=false", "--secure-serving=false", "--drain-timeout=1s", "--config-text=" + config(i, r),
+			"--metrics-endpoint-auth=false", "--secure-serving=false", "--drain-timeout=1s", "--config-text=" + config(r),
 		}, extraArgs...)
 		var process *os.Process
 		r.out, r.stop, process = proc.StartProcess(t, bin, args, []string{
@@ -195,7 +191,13 @@ func writeSlice(t *testing.T, ns string, rs []*replica, members []int, notReady 
 		}
 		opts = append(opts, slicegen.Pod(rs[i].pod, rs[i].ip, eo...))
 	}
-	s := slicegen.Slice("epp-abcde", opts...)
+	applySlice(t, ns, slicegen.Slice("epp-abcde", opts...))
+}
+
+// applySlice creates s in ns, or updates it, as written by the EndpointSlice
+// controller would be.
+func applySlice(t *testing.T, ns string, s discoveryv1.EndpointSlice) {
+	t.Helper()
 	s.Annotations = map[string]string{discoveryv1.LabelManagedBy: "test"}
 	ctx := context.Background()
 	api := env.Clientset.DiscoveryV1().EndpointSlices(ns)
@@ -281,11 +283,5 @@ func get(t *testing.T, addr, path string) (int, string) {
 	if !strings.HasPrefix(addr, "127.0.0.1:") {
 		t.Fatalf("refusing to send a request to %s: tests talk to 127.0.0.1 only", addr)
 	}
-	resp, err := client.Get("http://" + addr + path)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
+	return getNoFail(addr, path)
 }
