@@ -69,11 +69,10 @@ func replicaMain(args []string) error {
 		return err
 	}
 	handle.AddPlugin("peer-discovery", pd)
-	producer, err := inflightload.InFlightLoadProducerFactory("inflight", nil, handle)
+	spec, err := inflightSpec(handle)
 	if err != nil {
 		return err
 	}
-	spec := producer.(fwkdl.CrossReplicaContributor).CrossReplicaState()
 	var s fwkdl.CrossReplicaSyncer
 	switch *syncer {
 	case "peer":
@@ -164,6 +163,16 @@ func publish(ctx context.Context, set func(key, endpoint string, value any), key
 		}
 		set(clockKey, "clock", &clock{Replica: index, Seq: tick, At: time.Now().UnixNano()})
 	}
+}
+
+// inflightSpec is the cross-replica state of llm-d-router's in-flight load
+// producer, built with handle: what every replica of the bench publishes.
+func inflightSpec(handle fwkplugin.Handle) (fwkdl.CrossReplicaSpec, error) {
+	producer, err := inflightload.InFlightLoadProducerFactory("inflight", nil, handle)
+	if err != nil {
+		return fwkdl.CrossReplicaSpec{}, err
+	}
+	return producer.(fwkdl.CrossReplicaContributor).CrossReplicaState(), nil
 }
 
 // endpointNames are the bench's n endpoints.

@@ -274,7 +274,7 @@ func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (r
 	r.bytesPerS = sent / wall.Seconds()
 	if n > 1 {
 		pushes := wall.Seconds() / o.interval.Seconds() * float64(n-1) // per replica
-		r.perEPPush = r.bytesPerS * wall.Seconds() / pushes / float64(endpoints)
+		r.perEPPush = sent / pushes / float64(endpoints)
 	}
 	if len(lat) > 0 {
 		slices.Sort(lat)

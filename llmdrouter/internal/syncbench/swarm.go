@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
+	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
@@ -54,7 +54,11 @@ func swarmMain(args []string) error {
 	if len(ps) != *n {
 		return fmt.Errorf("--ports: %d ports, want %d", len(ps), *n)
 	}
-	key := fwkdl.StateKey("inflight:inflight")
+	spec, err := inflightSpec(fwkplugin.NewEppHandle(ctx, nil))
+	if err != nil {
+		return err
+	}
+	key := spec.StateKey
 	eps := endpointNames(*endpoints)
 	for i := 1; i <= *n; i++ {
 		ip := netns.Addr(10 + i)
