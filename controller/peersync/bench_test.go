@@ -160,8 +160,8 @@ func applyDeltas(s *Syncer, eps []string, stop <-chan struct{}) {
 		default:
 		}
 		st := wire.State{Seq: seq}
+		data, _ := c.Encode(nil, &load{Requests: int64(seq % 7), Tokens: 10})
 		for i := range eps {
-			data, _ := c.Encode(nil, &load{Requests: int64(seq % 7), Tokens: 10})
 			st.Values = append(st.Values, wire.ValueDef{Entry: uint64(i + 1), Data: data})
 		}
 		_, _ = s.apply(in, &st, time.Now())
