@@ -214,6 +214,7 @@ func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (r
 		return result{}, err
 	}
 	procs = append(procs, measured)
+	var swarmOut *bytes.Buffer
 	if syncer == "peer" && n > 1 {
 		var ps []string
 		for _, p := range ports[1:] {
@@ -223,6 +224,7 @@ func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (r
 		sw.cmd = exec.Command(self, "swarm", "--n="+strconv.Itoa(n-1), "--endpoints="+strconv.Itoa(endpoints), "--interval="+o.interval.String(),
 			"--namespace="+ns, "--change="+strconv.FormatFloat(o.change, 'f', -1, 64), "--target=epp-0@"+net.JoinHostPort(netns.Addr(10), strconv.Itoa(ports[0])), "--ports="+strings.Join(ps, ","))
 		sw.cmd.Stdout, sw.cmd.Stderr = sw.out, sw.out
+		swarmOut = sw.out
 		if err := sw.cmd.Start(); err != nil {
 			return result{}, err
 		}
@@ -236,7 +238,11 @@ func measure(env *testenv.Env, o runOptions, syncer string, n, endpoints int) (r
 			break
 		}
 		if time.Now().After(deadline) {
-			return result{}, fmt.Errorf("the measured replica not in sync after 90 s (status %+v, last error %q); output:\n%s", st, errText(err), tail(measured.out))
+			msg := fmt.Sprintf("the measured replica not in sync after 90 s (status %+v, last error %q); output:\n%s", st, errText(err), tail(measured.out))
+			if swarmOut != nil {
+				msg += "\nthe swarm's output:\n" + tail(swarmOut)
+			}
+			return result{}, errors.New(msg)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
@@ -54,7 +55,7 @@ func swarmMain(args []string) error {
 	if len(ps) != *n {
 		return fmt.Errorf("--ports: %d ports, want %d", len(ps), *n)
 	}
-	spec, err := inflightSpec(fwkplugin.NewEppHandle(ctx, nil))
+	spec, err := inflightSpec(fwkplugin.NewEppHandle(ctx, nil, fwkplugin.WithMetricsRecorder(prometheus.NewRegistry())))
 	if err != nil {
 		return err
 	}
