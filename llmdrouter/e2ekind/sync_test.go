@@ -25,6 +25,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -217,10 +219,7 @@ func TestStateSyncOnKind(t *testing.T) {
 	held := map[string]int64{ids[0]: 0, ids[1]: 0}
 	var reqs []*extproc.Request
 	for range 3 {
-		r, err := extproc.SendTLS(grpcA)
-		if err != nil {
-			t.Fatalf("a request through %s: %v", a.Name, err)
-		}
+		r := sendWhenListening(t, a.Name, grpcA)
 		reqs = append(reqs, r)
 		held[podByIP(t, c, r.Endpoint)]++
 	}
@@ -258,6 +257,29 @@ func TestStateSyncOnKind(t *testing.T) {
 	t.Logf("B and C stopped counting A %v after A left the EndpointSlice (polled every 20 ms)", d.Round(time.Millisecond))
 	if d > time.Second {
 		t.Errorf("A's load counted %v after A left the EndpointSlice, want within 1 s", d)
+	}
+}
+
+// sendWhenListening sends a request through pod's ext_proc port (forwarded to addr),
+// trying again for up to 60 s while the port is not listening yet. A ready pod of
+// upstream's EPP may not listen there yet: its readiness is the gRPC health server's,
+// which starts beside the ext_proc server, and the ext_proc server first makes its
+// self-signed certificate (an RSA 4096 key: seconds on a loaded node).
+func sendWhenListening(t *testing.T, pod, addr string) *extproc.Request {
+	t.Helper()
+	start := time.Now()
+	for {
+		r, err := extproc.SendTLS(addr)
+		if err == nil {
+			if waited := time.Since(start); waited > time.Second {
+				t.Logf("%s's ext_proc port answered %v after its pod was ready", pod, waited.Round(time.Millisecond))
+			}
+			return r
+		}
+		if status.Code(err) != codes.Unavailable || time.Since(start) > 60*time.Second {
+			t.Fatalf("a request through %s (tried for %v): %v", pod, time.Since(start).Round(time.Millisecond), err)
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 }
 
