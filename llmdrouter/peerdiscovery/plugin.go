@@ -243,9 +243,6 @@ func (p *Plugin) Peers() peers.Reader { return p.discovery.Peers() }
 // Self is the replica this discovery leaves out of its peers.
 func (p *Plugin) Self() peers.Self { return p.selfID }
 
-// DebugAddress is where the plugin serves /debug/peers ("" for nowhere).
-func (p *Plugin) DebugAddress() string { return p.extras.DebugAddress }
-
 // HandleDebug adds a handler to the plugin's debug server (DebugAddress), beside
 // /debug/peers.
 func (p *Plugin) HandleDebug(path string, h http.Handler) { p.debugMux.Handle(path, h) }

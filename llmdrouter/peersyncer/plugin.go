@@ -75,8 +75,8 @@ type Parameters struct {
 	// are the membership: the one dataLayer.peerDiscovery.pluginRef names. Required.
 	PeerDiscoveryRef string `json:"peerDiscoveryRef" pluginRef:""`
 	// Address is listened on for the peers' pushes: the peer-sync port. Default: the
-	// discovery plugin's peerSyncAddress (which the syncer then serves, probes
-	// included), else EPP_PEER_SYNC_ADDRESS, else ":9005".
+	// discovery plugin's peerSyncAddress (its parameter, else EPP_PEER_SYNC_ADDRESS),
+	// which the syncer then serves, probes included; else ":9005".
 	Address string `json:"address,omitempty"`
 	// Interval is how often this replica pushes to its peers: set it to
 	// dataLayer.crossReplicaSyncInterval. Default 200ms (env EPP_PEER_SYNC_INTERVAL).
@@ -100,9 +100,6 @@ type Plugin struct {
 	s         *peersync.Syncer
 	handle    fwkplugin.Handle
 }
-
-// getenv reads the environment (a variable, so tests may replace it).
-var getenv = os.Getenv
 
 func parseParameters(parameters *json.Decoder) (Parameters, error) {
 	var p Parameters
@@ -139,10 +136,10 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 	switch {
 	case p.Interval != nil:
 		interval = p.Interval.Duration
-	case getenv(IntervalEnv) != "":
-		d, err := time.ParseDuration(getenv(IntervalEnv))
+	case os.Getenv(IntervalEnv) != "":
+		d, err := time.ParseDuration(os.Getenv(IntervalEnv))
 		if err != nil {
-			return nil, fmt.Errorf("invalid %s=%q: not a duration (e.g. 200ms)", IntervalEnv, getenv(IntervalEnv))
+			return nil, fmt.Errorf("invalid %s=%q: not a duration (e.g. 200ms)", IntervalEnv, os.Getenv(IntervalEnv))
 		}
 		interval = d
 	}
@@ -158,7 +155,7 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 	var tlsFiles *peersync.TLSFiles
 	tlsDir, tlsParam := p.TLSDir, "tlsDir"
 	if tlsDir == "" {
-		tlsDir, tlsParam = getenv(TLSDirEnv), TLSDirEnv
+		tlsDir, tlsParam = os.Getenv(TLSDirEnv), TLSDirEnv
 	}
 	if tlsDir != "" {
 		tlsFiles = peersync.TLSFilesInDir(tlsDir)
@@ -175,8 +172,6 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 	case addr != "":
 	case discoveryAddress != "":
 		addr, addrParam = discoveryAddress, p.PeerDiscoveryRef+".peerSyncAddress"
-	case getenv(AddressEnv) != "":
-		addr, addrParam = getenv(AddressEnv), AddressEnv
 	default:
 		addr = DefaultAddress
 	}
@@ -259,13 +254,6 @@ func (p *Plugin) learnAggregates() {
 			}
 		}
 	}
-}
-
-// Document is the syncer's document (/debug/peer-sync), with each contributor's
-// aggregate.
-func (p *Plugin) Document(keyPrefix, endpointPrefix string) peersync.Document {
-	p.learnAggregates()
-	return p.s.Document(keyPrefix, endpointPrefix)
 }
 
 // ServeHTTP serves /debug/peer-sync (on the discovery plugin's debugAddress).

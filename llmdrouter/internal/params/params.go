@@ -42,8 +42,6 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-func (d Duration) String() string { return d.Duration.String() }
-
 // CheckAddress checks an optional listen address (empty is none); the error names
 // it as name (a parameter or the variable it came from) and gives example.
 func CheckAddress(name, addr, example string) error {
