@@ -34,16 +34,16 @@ func CacheEntry(namespace, service string) (client.Object, cache.ByObject) {
 // than the controller's CacheSyncTimeout (2 minutes by default). With the host's
 // cache, a missing endpointslices Role would therefore stall and then stop the host:
 // SetupWithManager checks the permission and refuses with the missing permission
-// named, and a Role removed later is reported (an uncached list every
-// DiagnoseInterval while not synced). The default, a cache of its own, never touches
-// the host.
+// named, and a Role removed later is reported (a list over a connection of its own
+// every ProbeInterval while not synced). The default, a reflector of its own, never
+// touches the host.
 func (s *Source) AddToCacheOptions(o *cache.Options) error {
 	if s.setUp {
 		return errors.New("AddToCacheOptions must be called before SetupWithManager")
 	}
 	for obj := range o.ByObject {
 		if _, ok := obj.(*discoveryv1.EndpointSlice); ok {
-			return errors.New("the host's cache.Options already have an entry for EndpointSlices: peer discovery needs one scoped to its Service; leave it out and let SetupWithManager add a cache of its own")
+			return errors.New("the host's cache.Options already have an entry for EndpointSlices: peer discovery needs one scoped to its Service; leave it out and let the discovery run a reflector of its own")
 		}
 	}
 	if o.Scheme != nil && !o.Scheme.Recognizes(discoveryv1.SchemeGroupVersion.WithKind("EndpointSlice")) {

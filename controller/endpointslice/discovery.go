@@ -16,8 +16,8 @@ import (
 // Discovery is EndpointSlice peer discovery for a Go program, in the plugin shape of
 // llm-d-router's EPP: Start with the program's notifier, then Ready is closed after
 // the initial reconciliation. Start is all it needs: without Options.RESTConfig it
-// loads the client configuration itself (kubeconfig.Load: in-cluster, else a
-// kubeconfig) and runs a reflector of its own, scoped to the Service's slices. A
+// loads the client configuration itself (kubeconfig.Load, controller-runtime's
+// order: $KUBECONFIG, in-cluster, ~/.kube/config) and runs a reflector of its own, scoped to the Service's slices. A
 // program that runs a controller-runtime manager may instead, as an extra, call
 // SetupWithManager (and, before creating the manager, AddToCacheOptions to share its
 // cache).

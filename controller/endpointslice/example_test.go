@@ -10,7 +10,7 @@ import (
 )
 
 // A Go program adds peer discovery with Start alone: the discovery loads the client
-// configuration itself (in-cluster, else a kubeconfig) and runs a reflector of its
+// configuration itself ($KUBECONFIG, else in-cluster) and runs a reflector of its
 // own scoped to the Service's slices, so the namespaced endpointslices Role is all
 // it needs. Build it from settings (or JSON plugin parameters with NewFromJSON).
 func ExampleDiscovery() {

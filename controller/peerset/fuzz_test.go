@@ -177,7 +177,8 @@ func FuzzCompute(f *testing.F) {
 	})
 }
 
-// modelIDs is a deliberately naive restatement of DESIGN rules 1-5 as set algebra.
+// modelIDs is a deliberately naive restatement of the peer rules 1-5 of
+// docs/ARCHITECTURE.md as set algebra.
 func modelIDs(cfg peerset.Config, in []discoveryv1.EndpointSlice) []string {
 	eligibleIDs := map[string]bool{}
 	selfIDs := map[string]bool{}
