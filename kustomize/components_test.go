@@ -156,7 +156,8 @@ func TestComponentsRefuseTheWrongMode(t *testing.T) {
 }
 
 // TestOneVersion: the chart's appVersion is the version of every channel: the
-// kustomize images (base and sidecar component) and the version label.
+// kustomize images (base and sidecar component), the version label, and the root
+// module's version that llmdrouter/ requires.
 func TestOneVersion(t *testing.T) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -187,6 +188,16 @@ func TestOneVersion(t *testing.T) {
 		if got := one[*corev1.Service](t, objs).Labels["app.kubernetes.io/version"]; got != version {
 			t.Errorf("version label %q, want %s", got, version)
 		}
+	}
+	// llmdrouter/ is released with the root module under one version: its go.mod
+	// requires that release of the root (its replace serves clones, and users' go get
+	// ignores it).
+	gomod, err := os.ReadFile(filepath.Join(root, "llmdrouter", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^\s*github\.com/epp-peer-discovery/epp-peer-discovery v` + regexp.QuoteMeta(version) + `$`).Match(gomod) {
+		t.Errorf("llmdrouter/go.mod does not require github.com/epp-peer-discovery/epp-peer-discovery v%s, the chart's appVersion (run make set-version VERSION=%s)", version, version)
 	}
 	// The sidecar overlay runs epp as its stand-in EPP: the same version.
 	for _, ct := range one[*appsv1.Deployment](t, build(t, "/kustomize/overlays/sidecar")).Spec.Template.Spec.Containers {

@@ -4,7 +4,7 @@ go 1.26.6
 
 require (
 	github.com/envoyproxy/go-control-plane/envoy v1.37.0
-	github.com/epp-peer-discovery/epp-peer-discovery v0.0.0-00010101000000-000000000000
+	github.com/epp-peer-discovery/epp-peer-discovery v0.1.0
 	github.com/go-logr/logr v1.4.4
 	github.com/llm-d/llm-d-router v0.0.0-20260822034922-ebab687927f5
 	github.com/prometheus/client_golang v1.25.0

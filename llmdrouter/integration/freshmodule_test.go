@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -91,9 +92,12 @@ func TestAFreshModuleUsesThePlugin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A release tags the root module and llmdrouter/ with one version, the one
+	// llmdrouter/go.mod requires of the root (make set-version): a user requires that.
+	version := rootVersion(t, root)
 	dir := t.TempDir()
 	mod := "module example.com/myepp\n\ngo 1.26.6\n\n" +
-		"require github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter v0.0.0-00010101000000-000000000000\n\n" +
+		"require github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter " + version + "\n\n" +
 		"replace github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter => " + filepath.Join(root, "llmdrouter") + "\n\n" +
 		"replace github.com/epp-peer-discovery/epp-peer-discovery => " + root + "\n"
 	if tree := upstreamTree(t); tree != "" {
@@ -151,4 +155,24 @@ func TestAFreshModuleUsesThePlugin(t *testing.T) {
 	if want := "peer " + ns + "/epp-1 10.0.0.2:9005,peer " + ns + "/epp-2 10.0.0.3:9005"; strings.Join(got, ",") != want {
 		t.Fatalf("upstream's MemoryPeerStore in a fresh module holds %v, want %s\n%s", got, want, out)
 	}
+}
+
+// rootVersion is the version of the root module that llmdrouter/go.mod requires: a
+// release's version, never a placeholder that only its replace makes resolvable.
+func rootVersion(t *testing.T, root string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "llmdrouter", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "github.com/epp-peer-discovery/epp-peer-discovery" {
+			if !regexp.MustCompile(`^v\d+\.\d+\.\d+$`).MatchString(f[1]) {
+				t.Fatalf("llmdrouter/go.mod requires the root module at %s: users' go get resolves only a released version (make set-version VERSION=x.y.z)", f[1])
+			}
+			return f[1]
+		}
+	}
+	t.Fatal("llmdrouter/go.mod does not require the root module")
+	return ""
 }
