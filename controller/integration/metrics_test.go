@@ -1,0 +1,226 @@
+package integration_test
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/faultproxy"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+)
+
+// TestTwoDiscoveriesKeepTheirMetricsApart: two EndpointSlice discoveries in one
+// process (two plugin instances in one EPP), on two Services of different sizes,
+// each with its own instance name. What the process's /metrics registry serves for
+// each is its own: peers, upserts and the recompute histogram, which has samples of
+// the initial list as soon as the discovery is ready (no slice changed since).
+func TestTwoDiscoveriesKeepTheirMetricsApart(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "twometrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		svc, slice string
+		opts       []slicegen.SliceOption
+	}{
+		{"alpha", "alpha-a", []slicegen.SliceOption{slicegen.Service("alpha"), slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2"), slicegen.Pod("epp-2", "10.0.0.3")}},
+		{"beta", "beta-a", []slicegen.SliceOption{slicegen.Service("beta"), slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("other-1", "10.0.1.2")}},
+	} {
+		sl := slicegen.Slice(s.slice, append(s.opts, slicegen.Namespace(ns))...)
+		if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &sl, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Instance names unique to this run: the registry is the process's.
+	alpha, beta := "alpha-"+ns, "beta-"+ns
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	for _, d := range []struct{ svc, instance string }{{"alpha", alpha}, {"beta", beta}} {
+		cfg, err := endpointslice.Settings{Service: d.svc, Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		disc := endpointslice.New(cfg, logr.Discard(), endpointslice.Options{Instance: d.instance, RESTConfig: env.Config})
+		store := peers.NewMemoryPeerStore()
+		wg.Go(func() {
+			if err := disc.Start(runCtx, store); err != nil {
+				t.Errorf("%s: Start: %v", d.instance, err)
+			}
+		})
+		select {
+		case <-disc.Ready():
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s not ready within 30 s", d.instance)
+		}
+		// Right at Ready, before any event: the initial list was timed.
+		if n := gatheredHistogramCount(t, "epp_peer_discovery_recompute_duration_seconds", d.instance); n == 0 {
+			t.Errorf("%s: ready with no recompute observed: the initial list is not timed", d.instance)
+		}
+	}
+	for instance, want := range map[string]float64{alpha: 2, beta: 1} {
+		m := metrics.For(instance)
+		if got := testutil.ToFloat64(m.Peers); got != want {
+			t.Errorf("epp_peer_discovery_peers{discovery=%q} = %v, want %v", instance, got, want)
+		}
+		if got := testutil.ToFloat64(m.Upserts); got != want {
+			t.Errorf("epp_peer_discovery_peer_upserts_total{discovery=%q} = %v, want %v", instance, got, want)
+		}
+		if got := testutil.ToFloat64(m.Synced); got != 1 {
+			t.Errorf("epp_peer_discovery_synced{discovery=%q} = %v, want 1", instance, got)
+		}
+	}
+}
+
+// gatheredHistogramCount is the sample count of histogram name{discovery=instance} as the
+// process's metrics registry (what /metrics serves) gathers it.
+func gatheredHistogramCount(t *testing.T, name, instance string) uint64 {
+	t.Helper()
+	families, err := ctrlmetrics.Registry.(prometheus.Gatherer).Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if labelOf(m, metrics.Label) == instance {
+				return m.GetHistogram().GetSampleCount()
+			}
+		}
+	}
+	return 0
+}
+
+func labelOf(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
+}
+
+// TestHostCacheSaysWhyTheAPIServerCannotBeListed: on the host's cache, an API server
+// that refuses connections (not a missing Role) from the start leaves the host's
+// slice informer unsynced. The replica is not ready and says why: the cause in
+// LastError and errors_total{reason="list"}, within the stale signal's bounds; once
+// the server answers again, it becomes ready with the peers, and the error clears.
+func TestHostCacheSaysWhyTheAPIServerCannotBeListed(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "hostlist", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := slicegen.Slice("epp-a", slicegen.Namespace(ns), slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2"))
+	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(env.Config.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faultproxy.New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proxy.Close()
+	through := rest.CopyConfig(env.Config)
+	through.Host = "https://" + proxy.Addr()
+
+	cfg, err := endpointslice.Settings{Service: "epp", Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &capture.Buffer{}
+	instance := "host-list-" + ns
+	d := endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: instance})
+	cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
+	if err := d.AddToCacheOptions(&cacheOpts); err != nil {
+		t.Fatal(err)
+	}
+	mgr, err := ctrl.NewManager(through, ctrl.Options{Cache: cacheOpts, Metrics: metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0", Logger: logs.Logger().WithName("host")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetupWithManager(mgr); err != nil {
+		t.Fatal(err) // the server answers now
+	}
+	// The API server becomes unreachable before the host starts.
+	if err := proxy.Set(faultproxy.Refuse, ""); err != nil {
+		t.Fatal(err)
+	}
+	listErrors := metrics.For(instance).Errors(metrics.ReasonList)
+	before := testutil.ToFloat64(listErrors)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	store := peers.NewMemoryPeerStore()
+	wg.Go(func() { _ = mgr.Start(runCtx) })
+	wg.Go(func() {
+		if err := d.Start(runCtx, store); err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	})
+	defer func() {
+		cancel()
+		wg.Wait()
+		if t.Failed() {
+			t.Logf("logs:\n%s", logs.String())
+		}
+	}()
+	start := time.Now()
+	// The stale signal's bound: a check every 4 s (±20%) with a 2.5 s timeout.
+	eventually(t, 10*time.Second, func() string {
+		if err := d.Status().LastError(); err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), ns) {
+			return fmt.Sprintf("not ready on a cache whose API server refuses connections, the replica reports %v; want the refused list named with its namespace", err)
+		}
+		if testutil.ToFloat64(listErrors) <= before {
+			return `errors_total{reason="list"} did not move`
+		}
+		return ""
+	})
+	t.Logf("the refused list reported %s after the start: %v", time.Since(start).Round(time.Millisecond), d.Status().LastError())
+	select {
+	case <-d.Ready():
+		t.Fatal("ready although the slice informer cannot list")
+	default:
+	}
+	if err := proxy.Set(faultproxy.Pass, ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-d.Ready():
+	case <-time.After(60 * time.Second):
+		t.Fatal("not ready 60 s after the API server answered again")
+	}
+	if got := peerIDs(store.Peers()); strings.Join(got, ",") != ns+"/epp-1@10.0.0.2:9005" {
+		t.Fatalf("peers once the server answered: %v", got)
+	}
+	if err := d.Status().LastError(); err != nil {
+		t.Fatalf("an error remains once synced: %v", err)
+	}
+}
