@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -256,9 +259,11 @@ func TestRealEPPReplicasKnowEachOther(t *testing.T) {
 }
 
 // TestRealEPPLeaderElectionStandbys: with upstream's --ha-enable-leader-election
-// only the leader reports ready, so the EndpointSlice lists the standbys as not
-// ready; with membership alive each replica still lists every other one, the
-// standbys with ready=false.
+// only the leader reports ready (its gRPC readiness check, what the kubelet probes),
+// so the EndpointSlice lists the standbys as not ready; with membership alive each
+// replica still lists every other one, the standbys with ready=false. The slice is
+// written from the replicas' own readiness answers, as the EndpointSlice controller
+// would from the kubelet's probes.
 func TestRealEPPLeaderElectionStandbys(t *testing.T) {
 	ns, err := env.CreateNamespace(context.Background(), "llmdle", nil)
 	if err != nil {
@@ -266,14 +271,60 @@ func TestRealEPPLeaderElectionStandbys(t *testing.T) {
 	}
 	rs := startReplicas(t, ns, 3, "alive", "--ha-enable-leader-election")
 	all := []int{0, 1, 2}
-	standbys := map[int]bool{1: true, 2: true}
+	// Exactly one replica, the lease holder, answers SERVING to readiness.
+	var standbys map[int]bool
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		standbys = map[int]bool{}
+		var answers []string
+		for i, r := range rs {
+			st, err := readiness(r.grpcHealth)
+			answers = append(answers, fmt.Sprintf("replica %d: %v %v", i, st, err))
+			if err != nil || st != healthpb.HealthCheckResponse_SERVING {
+				standbys[i] = true
+			}
+		}
+		if len(standbys) == len(rs)-1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not exactly one ready replica 90 s after the start: %s", strings.Join(answers, "; "))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	leader := -1
+	for i := range rs {
+		if !standbys[i] {
+			leader = i
+		}
+	}
+	leases, err := env.Clientset.CoordinationV1().Leases(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil || len(leases.Items) != 1 || leases.Items[0].Spec.HolderIdentity == nil || *leases.Items[0].Spec.HolderIdentity == "" {
+		t.Fatalf("want one held leader election lease in %s: %v, %v", ns, leases, err)
+	}
+	t.Logf("replica %d leads (lease %s held by %s); the others answer readiness NOT_SERVING", leader, leases.Items[0].Name, *leases.Items[0].Spec.HolderIdentity)
 	writeSlice(t, ns, rs, all, standbys)
 	waitViews(t, "leader and standbys", 90*time.Second, rs, all, func(i int) string { return want(rs, i, standbys) })
-	// One lease, held by one of them.
-	leases, err := env.Clientset.CoordinationV1().Leases(ns).List(context.Background(), metav1.ListOptions{})
-	if err != nil || len(leases.Items) == 0 {
-		t.Fatalf("no leader election lease in %s: %v", ns, err)
+}
+
+// readiness asks the EPP's gRPC health server at addr (127.0.0.1) for its readiness
+// service, as the kubelet's grpc probe does.
+func readiness(addr string) (healthpb.HealthCheckResponse_ServingStatus, error) {
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		return 0, fmt.Errorf("refusing to dial %s: tests talk to 127.0.0.1 only", addr)
 	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "readiness"})
+	if err != nil {
+		return 0, err
+	}
+	return resp.GetStatus(), nil
 }
 
 var client = &http.Client{Timeout: 5 * time.Second}
