@@ -18,7 +18,11 @@ func TestOverlaysAcceptedUnderRestrictedPodSecurity(t *testing.T) {
 		{"alive", true, []string{"peer-discovery", "peer-membership-alive"}},
 		{"sidecar", true, []string{"peer-discovery-sidecar"}},
 		{"probing", true, []string{"peer-discovery", "peer-probe", "peer-network-policy"}},
-		{"sidecar-probing", true, []string{"peer-discovery-sidecar", "peer-probe-sidecar", "peer-network-policy"}}} {
+		{"sidecar-probing", true, []string{"peer-discovery-sidecar", "peer-probe-sidecar", "peer-network-policy"}},
+		{"state-sync", true, []string{"peer-discovery", "state-sync", "peer-network-policy"}},
+		{"state-sync-tls", true, []string{"peer-discovery", "state-sync", "state-sync-tls"}},
+		// DNS SRV discovery needs no RBAC: no endpointslices rule.
+		{"dns", false, []string{"peer-discovery-dns"}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := accept.RestrictedNamespace(t, env, "kust-"+tc.name)
 			objs := userOverlay(t, ns, "", tc.components...)

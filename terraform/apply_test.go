@@ -2,13 +2,16 @@ package terraform_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/gruntwork-io/terratest/modules/terraform"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,9 +22,10 @@ import (
 )
 
 // TestApplyAndDestroy applies examples/basic against the real API server with peer
-// discovery off, on, and on but turned off again by var.values: the release installs,
-// the Role exists iff peer discovery is on with exactly the endpointslices rule, the
-// outputs (read from the release) say so, the Deployment's args and env are the Helm
+// discovery off, on, on but turned off again by var.values, and on with state sync
+// (state_sync_enabled): the release installs, the Role exists iff peer discovery is
+// on with exactly the endpointslices rule, the outputs (read from the release) say
+// so, the Deployment's args, env and ports and the EPP configuration are the Helm
 // rendering's, and destroy leaves nothing in the namespace.
 func TestApplyAndDestroy(t *testing.T) {
 	for _, tc := range []struct {
@@ -30,10 +34,12 @@ func TestApplyAndDestroy(t *testing.T) {
 		values          map[string]any // var.values
 		enabled         bool           // what the release ends up with
 		wantServiceName string
+		stateSync       bool // state_sync_enabled
 	}{
-		{"off", false, nil, false, "epp"},
-		{"on", true, nil, true, "epp"},
-		{"on, overridden by values", true, map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": false}}}}, false, "epp"},
+		{"off", false, nil, false, "epp", false},
+		{"on", true, nil, true, "epp", false},
+		{"on, overridden by values", true, map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": false}}}}, false, "epp", false},
+		{"state sync on", true, nil, true, "epp", true},
 	} {
 		enabled := tc.enabled
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,6 +54,7 @@ func TestApplyAndDestroy(t *testing.T) {
 				"namespace":              ns,
 				"create_namespace":       false, // envtest runs no namespace controller to finish a namespace deletion
 				"peer_discovery_enabled": tc.variable,
+				"state_sync_enabled":     tc.stateSync,
 				"wait":                   false, // envtest runs no controllers: no pods become ready
 			})
 			if tc.values != nil {
@@ -100,7 +107,8 @@ func TestApplyAndDestroy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			values := map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": enabled}}}}
+			values := map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": enabled},
+				"stateSync": map[string]any{"enabled": tc.stateSync}}}}
 			helmObjs, err := render.HelmObjects("epp", ns, values)
 			if err != nil {
 				t.Fatal(err)
@@ -129,6 +137,21 @@ func TestApplyAndDestroy(t *testing.T) {
 			}
 			if diff := cmp.Diff(exp.Ports, got.Ports); diff != "" {
 				t.Fatalf("ports (-helm +terraform):\n%s", diff)
+			}
+			// The EPP configuration (where peer discovery and the syncer are plugins).
+			for _, o := range helmObjs {
+				if cm, ok := o.(*corev1.ConfigMap); ok {
+					applied, err := cs.CoreV1().ConfigMaps(ns).Get(ctx, cm.Name, metav1.GetOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					if diff := cmp.Diff(cm.Data, applied.Data); diff != "" {
+						t.Fatalf("ConfigMap %s (-helm +terraform):\n%s", cm.Name, diff)
+					}
+					if tc.stateSync != strings.Contains(fmt.Sprint(applied.Data), "peer-syncer") {
+						t.Fatalf("ConfigMap %s with state sync %v:\n%v", cm.Name, tc.stateSync, applied.Data)
+					}
+				}
 			}
 
 			terraform.DestroyContext(t, context.Background(), opts)

@@ -40,6 +40,7 @@ module "epp" {
   image_tag              = var.image_tag
   peer_discovery_enabled = var.peer_discovery_enabled
   peer_discovery_mode    = var.peer_discovery_mode
+  state_sync_enabled     = var.state_sync_enabled
   epp_args               = var.epp_args
   values                 = var.values
   wait                   = var.wait

@@ -58,6 +58,12 @@ variable "peer_discovery_mode" {
   default     = "epp"
 }
 
+variable "state_sync_enabled" {
+  description = "Share state between the replicas (llm-d-router's in-flight load) over the discovered peers; needs peer discovery in mode epp."
+  type        = bool
+  default     = false
+}
+
 variable "epp_args" {
   description = "Args of the EPP container in sidecar mode."
   type        = list(string)
