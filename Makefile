@@ -111,11 +111,11 @@ test-unit: ## Unit tests (no API server).
 
 .PHONY: test-fuzz
 test-fuzz: ## Fuzz the peer-set computation, its incremental State against it, the peers-file parser and the peer-sync wire (messages, values), FUZZTIME each (default 15s).
-	go test -run='^$$' -fuzz=FuzzCompute $(FUZZFLAGS) ./controller/peerset
-	go test -run='^$$' -fuzz=FuzzState $(FUZZFLAGS) ./controller/peerset
-	go test -run='^$$' -fuzz=FuzzParse $(FUZZFLAGS) ./controller/peerfile
-	go test -run='^$$' -fuzz=FuzzParseState $(FUZZFLAGS) ./controller/peersync/internal/wire
-	go test -run='^$$' -fuzz=FuzzDecodeValue $(FUZZFLAGS) ./controller/peersync/internal/wire
+	hack/fuzz.sh ./controller/peerset FuzzCompute $(FUZZFLAGS)
+	hack/fuzz.sh ./controller/peerset FuzzState $(FUZZFLAGS)
+	hack/fuzz.sh ./controller/peerfile FuzzParse $(FUZZFLAGS)
+	hack/fuzz.sh ./controller/peersync/internal/wire FuzzParseState $(FUZZFLAGS)
+	hack/fuzz.sh ./controller/peersync/internal/wire FuzzDecodeValue $(FUZZFLAGS)
 
 .PHONY: test-integration
 test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest): the wiring, a host manager, bin/epp black-box, and faults (refused, reset, black-holed, TLS, 5xx, Role removed, API server restart, 50 replicas against a stopped server).
@@ -265,8 +265,9 @@ verify-docs: $(BIN)/helm-docs $(BIN)/terraform-docs ## Fail when the generated c
 	  done; exit $$stale
 
 .PHONY: set-version
-set-version: ## Set the release version everywhere it appears (VERSION=x.y.z): the chart's version and appVersion, kustomize's images and version label.
+set-version: ## Set the release version everywhere it appears (VERSION=x.y.z): the chart's version and appVersion, kustomize's images and version label, the root module version llmdrouter/ requires.
 	@[ -n "$(VERSION)" ] || { echo "usage: make set-version VERSION=x.y.z"; exit 2; }
+	cd llmdrouter && GOWORK=off go mod edit -require=github.com/epp-peer-discovery/epp-peer-discovery@v$(VERSION)
 	sed -i -E 's/^(version: ).*/\1$(VERSION)/; s/^(appVersion: ).*/\1"$(VERSION)"/' charts/epp/Chart.yaml
 	sed -i -E 's/(newTag: )"[^"]*"/\1"$(VERSION)"/; s/(app.kubernetes.io\/version: )"[^"]*"/\1"$(VERSION)"/' kustomize/base/kustomization.yaml kustomize/components/peer-discovery-sidecar/kustomization.yaml kustomize/overlays/sidecar/kustomization.yaml
 	$(MAKE) docs
@@ -286,8 +287,9 @@ verify-modgraph: ## Fail when the root module's graph holds Helm, kustomize, ter
 	hack/check-modgraph.sh
 
 .PHONY: bench
-bench: ## Benchmarks of the peer-set computation and the /debug/peers rendering (figures in docs/PERFORMANCE.md).
+bench: ## Micro-benchmarks: the peer-set computation, the /debug/peers rendering, and peer-sync's Get, receive and push beside a mutex-and-map reference (figures in docs/PERFORMANCE.md).
 	go test -run='^$$' -bench=. -benchmem -count=6 ./controller/peerset ./controller/app | tee $(BIN)/bench.txt
+	go test -run='^$$' -bench='BenchmarkGet$$|BenchmarkReceive|BenchmarkTick' -benchmem -count=3 ./controller/peersync | tee -a $(BIN)/bench.txt
 
 .PHONY: bench-live
 bench-live: build build-llmd k8s ## epp, a plain client-go informer and llm-d-router's EPP with the plugin, side by side on one real API server at 3/100/1,000/10,000 peers; writes the tables to docs/PERFORMANCE.md (~15 min).
