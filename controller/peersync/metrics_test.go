@@ -23,7 +23,9 @@ func TestMetricsOfAnExchange(t *testing.T) {
 		}
 	}
 	waitSum(t, 5*time.Second, rs, key, ep, 3)
-	gauge := func(g *prometheus.GaugeVec, r *replica) float64 { return testutil.ToFloat64(g.WithLabelValues(r.instance)) }
+	gauge := func(g *prometheus.GaugeVec, r *replica) float64 {
+		return testutil.ToFloat64(g.WithLabelValues(r.instance))
+	}
 	eventually(t, 5*time.Second, func() bool {
 		return gauge(peersGauge, a) == 1 && gauge(inSync, a) == 1 && gauge(peersGauge, b) == 1 && gauge(inSync, b) == 1
 	}, func() string {
@@ -31,7 +33,9 @@ func TestMetricsOfAnExchange(t *testing.T) {
 	})
 
 	// A window of heartbeats (nothing changes): A's pushes, as B receives them.
-	counter := func(c *prometheus.CounterVec, r *replica) float64 { return testutil.ToFloat64(c.WithLabelValues(r.instance)) }
+	counter := func(c *prometheus.CounterVec, r *replica) float64 {
+		return testutil.ToFloat64(c.WithLabelValues(r.instance))
+	}
 	pushes := func(r *replica) uint64 {
 		var m dto.Metric
 		if err := pushSeconds.WithLabelValues(r.instance).(prometheus.Metric).Write(&m); err != nil {
