@@ -232,8 +232,16 @@ func TestRealEPPReplicasKnowEachOther(t *testing.T) {
 	took := waitViews(t, "three replicas", 90*time.Second, rs, all, func(i int) string { return want(rs, i, nil) })
 	t.Logf("every replica listed the other two %s after the slice was written (EPP start-up included)", took.Round(time.Millisecond))
 
-	// The EPP's own endpoints: the plugin's state and the metrics.
-	code, state := get(t, rs[0].metrics, "/debug/plugins/state")
+	// The EPP's own endpoints: the plugin's state and the metrics. The wiring starts
+	// peer discovery before upstream's manager, whose metrics server may not listen
+	// yet when the peers are known.
+	var code int
+	var state string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if code, state = get(t, rs[0].metrics, "/debug/plugins/state"); code != 0 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if code != http.StatusOK || !strings.Contains(state, `"peers"`) || !strings.Contains(state, rs[1].pod) || !strings.Contains(state, "endpointslice-peer-discovery") {
 		t.Fatalf("GET /debug/plugins/state on the EPP's metrics port: %d\n%s", code, state)
 	}
