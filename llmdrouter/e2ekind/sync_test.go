@@ -5,7 +5,7 @@
 // router.epp.stateSync.enabled, three replicas on three nodes, requests held open
 // through one replica over ext_proc (a port-forward), and the faults that need a real
 // network: TCP to one replica's peer-sync port dropped with iptables in its node, and
-// its pod deleted.
+// its pod deleted. The load's way there and back (requests held, then ended) is timed.
 package e2ekind_test
 
 import (
@@ -228,10 +228,27 @@ func TestStateSyncOnKind(t *testing.T) {
 			r.Abort()
 		}
 	})
+	bound := 4*interval + time.Second
 	seen := waitLoads(t, "B and C see the requests held through A", 10*time.Second, peersOf, held)
-	if bound := 4*interval + time.Second; seen > bound {
+	if seen > bound {
 		t.Errorf("B and C saw A's in-flight load after %v, want within %v (two intervals, then slack for polling over port-forwards)", seen, bound)
 	}
+	// The requests end as Envoy ends them: B and C are back to 0.
+	for _, r := range reqs {
+		r.End()
+	}
+	cleared := waitLoads(t, "the requests through A ended: B and C back to 0", 10*time.Second, peersOf, idle)
+	if cleared > bound {
+		t.Errorf("B and C still counted A's ended requests after %v, want within %v", cleared, bound)
+	}
+	// Three more held open through A for the faults.
+	reqs, held = nil, map[string]int64{ids[0]: 0, ids[1]: 0}
+	for range 3 {
+		r := sendWhenListening(t, a.Name, grpcA)
+		reqs = append(reqs, r)
+		held[podByIP(t, c, r.Endpoint)]++
+	}
+	waitLoads(t, "B and C see the new requests held through A", 10*time.Second, peersOf, held)
 
 	// A's pushes to the others' peer-sync port dropped in A's node (what the node
 	// forwards from A's pod): B and C stop counting A within the TTL (3 intervals),
