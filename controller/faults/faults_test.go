@@ -13,7 +13,6 @@ import (
 	"math/big"
 	"net"
 	"net/http"
-	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -73,17 +72,7 @@ func startReplicaOn(t *testing.T, e *testenv.Env, cfg *rest.Config) *replica {
 	if cfg == nil {
 		cfg = e.Config
 	}
-	u, err := url.Parse(cfg.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
-	through := rest.CopyConfig(cfg)
-	through.Host = "https://" + proxy.Addr()
+	proxy, through := faultproxy.Through(t, cfg)
 	l := &capture.Buffer{}
 	opts, err := app.Parse([]string{"--enable-peer-discovery", "--epp-peer-service=epp",
 		"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0"},

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,8 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"k8s.io/client-go/rest"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/faultproxy"
@@ -46,17 +43,7 @@ func TestNoThunderingHerd(t *testing.T) {
 		args = append(args, fmt.Sprintf("epp-%d", i), fmt.Sprintf("10.0.%d.%d", i/250, i%250+1))
 	}
 	createSlice(t, adminCS, ns, "epp-a", args...)
-	u, err := url.Parse(admin.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	through := rest.CopyConfig(admin)
-	through.Host = "https://" + proxy.Addr()
+	proxy, through := faultproxy.Through(t, admin)
 	dir := t.TempDir()
 	kubeconfig := filepath.Join(dir, "kubeconfig")
 	if err := testenv.WriteKubeconfig(through, kubeconfig); err != nil {

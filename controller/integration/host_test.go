@@ -13,6 +13,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -268,10 +269,6 @@ func TestHostCacheSaysWhyItIsNotReady(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := slicegen.Slice("epp-a", slicegen.Namespace(ns), slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2"))
-	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := env.Clientset.RbacV1().Roles(ns).Create(ctx, peerRole(ns), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -280,32 +277,69 @@ func TestHostCacheSaysWhyItIsNotReady(t *testing.T) {
 		t.Fatal(err)
 	}
 	bind(t, ns, "peers", "epp-peer-discovery", "host")
+	hostCacheFault{
+		ns: ns, cfg: saConfig, instance: "host-cache-sync", reason: metrics.ReasonForbidden, fault: "the Role was removed",
+		// The Role goes before the host starts.
+		cause: func() {
+			if err := env.Clientset.RbacV1().RoleBindings(ns).Delete(ctx, "peers", metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+		mend: func() { bind(t, ns, "peers", "epp-peer-discovery", "host") },
+		says: func(err error) string {
+			if err == nil || !strings.Contains(err.Error(), "missing RBAC") || !strings.Contains(err.Error(), "endpointslices") {
+				return fmt.Sprintf("not ready on a cache that cannot sync, the replica reports %v; want the missing endpointslices permission", err)
+			}
+			return ""
+		},
+	}.run(t)
+}
 
-	cfg, err := endpointslice.Settings{Service: "epp", Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0"})
+// hostCacheFault is a fault that keeps the host's slice informer from syncing: the
+// discovery joins a host manager (on cfg) with AddToCacheOptions, cause breaks the
+// API access after SetupWithManager and before the start, and mend restores it.
+type hostCacheFault struct {
+	ns       string
+	cfg      *rest.Config
+	instance string
+	reason   string // the errors_total reason that must move
+	fault    string // what cause did, for messages
+	cause    func()
+	mend     func()
+	says     func(lastError error) string // "" when LastError names the fault
+}
+
+// run checks that the replica is not ready and says why (says, and errors_total of
+// reason) within the bounds of the stale signal, and that once mended it becomes
+// ready with its peer, the error cleared, without a restart.
+func (f hostCacheFault) run(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	s := slicegen.Slice("epp-a", slicegen.Namespace(f.ns), slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2"))
+	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(f.ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := endpointslice.Settings{Service: "epp", Namespace: f.ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &capture.Buffer{}
-	const instance = "host-cache-sync"
-	d := endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: instance})
-	cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
+	d := endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: f.instance})
+	cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{f.ns: {}}}
 	if err := d.AddToCacheOptions(&cacheOpts); err != nil {
 		t.Fatal(err)
 	}
-	mgr, err := ctrl.NewManager(saConfig, ctrl.Options{Cache: cacheOpts, Metrics: metricsserver.Options{BindAddress: "0"},
+	mgr, err := ctrl.NewManager(f.cfg, ctrl.Options{Cache: cacheOpts, Metrics: metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0", Logger: logs.Logger().WithName("host")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := d.SetupWithManager(mgr); err != nil {
-		t.Fatal(err) // the Role is there now
+		t.Fatal(err) // the access is there now
 	}
-	// The Role goes before the host starts.
-	if err := env.Clientset.RbacV1().RoleBindings(ns).Delete(ctx, "peers", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	forbidden := metrics.For(instance).Errors(metrics.ReasonForbidden)
-	before := testutil.ToFloat64(forbidden)
+	f.cause()
+	counter := metrics.For(f.instance).Errors(f.reason)
+	before := testutil.ToFloat64(counter)
 
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -326,28 +360,28 @@ func TestHostCacheSaysWhyItIsNotReady(t *testing.T) {
 	start := time.Now()
 	// The stale signal's bound: a check every 4 s (±20%) with a 2.5 s timeout.
 	eventually(t, 10*time.Second, func() string {
-		if err := d.Status().LastError(); err == nil || !strings.Contains(err.Error(), "missing RBAC") || !strings.Contains(err.Error(), "endpointslices") {
-			return fmt.Sprintf("not ready on a cache that cannot sync, the replica reports %v; want the missing endpointslices permission", err)
+		if msg := f.says(d.Status().LastError()); msg != "" {
+			return msg
 		}
-		if testutil.ToFloat64(forbidden) <= before {
-			return `errors_total{reason="forbidden"} did not move`
+		if testutil.ToFloat64(counter) <= before {
+			return fmt.Sprintf(`errors_total{reason=%q} did not move`, f.reason)
 		}
 		return ""
 	})
-	t.Logf("the missing Role reported %s after the start", time.Since(start).Round(time.Millisecond))
+	t.Logf("reported %s after the start (%s): %v", time.Since(start).Round(time.Millisecond), f.fault, d.Status().LastError())
 	select {
 	case <-d.Ready():
 		t.Fatal("ready although the slice informer cannot list")
 	default:
 	}
-	bind(t, ns, "peers", "epp-peer-discovery", "host")
+	f.mend()
 	select {
 	case <-d.Ready():
 	case <-time.After(60 * time.Second):
-		t.Fatal("not ready 60 s after the Role was bound again")
+		t.Fatalf("not ready 60 s after it was mended (%s)", f.fault)
 	}
-	if got := peerIDs(store.Peers()); strings.Join(got, ",") != ns+"/epp-1@10.0.0.2:9005" {
-		t.Fatalf("peers after the Role came back: %v", got)
+	if got := peerIDs(store.Peers()); strings.Join(got, ",") != f.ns+"/epp-1@10.0.0.2:9005" {
+		t.Fatalf("peers once mended: %v", got)
 	}
 	if err := d.Status().LastError(); err != nil {
 		t.Fatalf("an error remains once synced: %v", err)

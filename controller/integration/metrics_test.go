@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -15,16 +14,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
-	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/faultproxy"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 )
@@ -129,98 +123,26 @@ func labelOf(m *dto.Metric, name string) string {
 // LastError and errors_total{reason="list"}, within the stale signal's bounds; once
 // the server answers again, it becomes ready with the peers, and the error clears.
 func TestHostCacheSaysWhyTheAPIServerCannotBeListed(t *testing.T) {
-	ctx := context.Background()
-	ns, err := env.CreateNamespace(ctx, "hostlist", nil)
+	ns, err := env.CreateNamespace(context.Background(), "hostlist", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := slicegen.Slice("epp-a", slicegen.Namespace(ns), slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2"))
-	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(env.Config.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, err := faultproxy.New(u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer proxy.Close()
-	through := rest.CopyConfig(env.Config)
-	through.Host = "https://" + proxy.Addr()
-
-	cfg, err := endpointslice.Settings{Service: "epp", Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &capture.Buffer{}
-	instance := "host-list-" + ns
-	d := endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: instance})
-	cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
-	if err := d.AddToCacheOptions(&cacheOpts); err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(through, ctrl.Options{Cache: cacheOpts, Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0", Logger: logs.Logger().WithName("host")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.SetupWithManager(mgr); err != nil {
-		t.Fatal(err) // the server answers now
-	}
-	// The API server becomes unreachable before the host starts.
-	if err := proxy.Set(faultproxy.Refuse, ""); err != nil {
-		t.Fatal(err)
-	}
-	listErrors := metrics.For(instance).Errors(metrics.ReasonList)
-	before := testutil.ToFloat64(listErrors)
-
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	store := peers.NewMemoryPeerStore()
-	wg.Go(func() { _ = mgr.Start(runCtx) })
-	wg.Go(func() {
-		if err := d.Start(runCtx, store); err != nil {
-			t.Errorf("Start: %v", err)
+	proxy, through := faultproxy.Through(t, env.Config)
+	set := func(m faultproxy.Mode) {
+		if err := proxy.Set(m, ""); err != nil {
+			t.Fatal(err)
 		}
-	})
-	defer func() {
-		cancel()
-		wg.Wait()
-		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
-		}
-	}()
-	start := time.Now()
-	// The stale signal's bound: a check every 4 s (±20%) with a 2.5 s timeout.
-	eventually(t, 10*time.Second, func() string {
-		if err := d.Status().LastError(); err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), ns) {
-			return fmt.Sprintf("not ready on a cache whose API server refuses connections, the replica reports %v; want the refused list named with its namespace", err)
-		}
-		if testutil.ToFloat64(listErrors) <= before {
-			return `errors_total{reason="list"} did not move`
-		}
-		return ""
-	})
-	t.Logf("the refused list reported %s after the start: %v", time.Since(start).Round(time.Millisecond), d.Status().LastError())
-	select {
-	case <-d.Ready():
-		t.Fatal("ready although the slice informer cannot list")
-	default:
 	}
-	if err := proxy.Set(faultproxy.Pass, ""); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-d.Ready():
-	case <-time.After(60 * time.Second):
-		t.Fatal("not ready 60 s after the API server answered again")
-	}
-	if got := peerIDs(store.Peers()); strings.Join(got, ",") != ns+"/epp-1@10.0.0.2:9005" {
-		t.Fatalf("peers once the server answered: %v", got)
-	}
-	if err := d.Status().LastError(); err != nil {
-		t.Fatalf("an error remains once synced: %v", err)
-	}
+	hostCacheFault{
+		ns: ns, cfg: through, instance: "host-list-" + ns, reason: metrics.ReasonList, fault: "the API server refused connections",
+		// The API server becomes unreachable before the host starts.
+		cause: func() { set(faultproxy.Refuse) },
+		mend:  func() { set(faultproxy.Pass) },
+		says: func(err error) string {
+			if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), ns) {
+				return fmt.Sprintf("not ready on a cache whose API server refuses connections, the replica reports %v; want the refused list named with its namespace", err)
+			}
+			return ""
+		},
+	}.run(t)
 }

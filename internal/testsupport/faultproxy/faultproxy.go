@@ -8,9 +8,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"net/url"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
+
+	"k8s.io/client-go/rest"
 )
 
 // Mode is what the proxy does with connections.
@@ -214,4 +218,22 @@ func copyUnlessDropped(dst io.Writer, src io.Reader, dropped *atomic.Bool) {
 			return
 		}
 	}
+}
+
+// Through starts a proxy to the API server of cfg, closed when the test ends, and
+// returns it with a copy of cfg that reaches the server through it.
+func Through(t testing.TB, cfg *rest.Config) (*Proxy, *rest.Config) {
+	t.Helper()
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := New(u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	through := rest.CopyConfig(cfg)
+	through.Host = "https://" + p.Addr()
+	return p, through
 }
