@@ -2,8 +2,8 @@
 // implements the EPP's datalayer.PeerDiscovery (Start with the EPP's PeerNotifier,
 // Ready), and needs nothing else: it loads its Kubernetes client configuration
 // itself (controller-runtime's loader: $KUBECONFIG, then in-cluster) and runs a
-// reflector of its own scoped to the peer Service's EndpointSlices, so the namespaced endpointslices Role is all the
-// RBAC it adds.
+// reflector of its own scoped to the peer Service's EndpointSlices, so the
+// namespaced endpointslices Role is all the RBAC it adds.
 //
 // Two plugin types, registered by Register with stability Beta (as the EPP's own
 // endpoint-discovery plugins are: no --allow-experimental-plugins needed):

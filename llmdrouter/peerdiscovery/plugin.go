@@ -70,6 +70,12 @@ type Plugin struct {
 	syncDone   chan struct{} // closed when it stopped
 }
 
+// Environment variables the Extras fall back to.
+const (
+	DebugAddressEnv    = "EPP_PEER_DEBUG_ADDRESS"
+	PeerSyncAddressEnv = "EPP_PEER_SYNC_ADDRESS"
+)
+
 // Extras are the parameters every peer-discovery type shares besides its source's.
 // Each falls back to an environment variable (what a kustomize component or a Helm
 // post-renderer can set without editing the EPP's configuration file).
@@ -98,16 +104,16 @@ func (e *Extras) resolve() error {
 	}
 	debugEnv := e.DebugAddress == ""
 	if debugEnv {
-		e.DebugAddress = getenv("EPP_PEER_DEBUG_ADDRESS")
+		e.DebugAddress = getenv(DebugAddressEnv)
 	}
-	if err := params.CheckAddress(name("debugAddress", "EPP_PEER_DEBUG_ADDRESS", debugEnv), e.DebugAddress, ":9091"); err != nil {
+	if err := params.CheckAddress(name("debugAddress", DebugAddressEnv, debugEnv), e.DebugAddress, ":9091"); err != nil {
 		return err
 	}
 	syncEnv := e.PeerSyncAddress == ""
 	if syncEnv {
-		e.PeerSyncAddress = getenv("EPP_PEER_SYNC_ADDRESS")
+		e.PeerSyncAddress = getenv(PeerSyncAddressEnv)
 	}
-	if err := params.CheckAddress(name("peerSyncAddress", "EPP_PEER_SYNC_ADDRESS", syncEnv), e.PeerSyncAddress, ":9091"); err != nil {
+	if err := params.CheckAddress(name("peerSyncAddress", PeerSyncAddressEnv, syncEnv), e.PeerSyncAddress, ":9091"); err != nil {
 		return err
 	}
 	if e.ProbeInterval == nil {

@@ -48,7 +48,9 @@ const Type = "peer-syncer"
 // Environment variables a parameter left out of the configuration falls back to
 // (what a kustomize component or a Helm post-renderer can set).
 const (
-	AddressEnv  = "EPP_PEER_SYNC_ADDRESS"
+	// AddressEnv is the discovery plugin's variable for its peerSyncAddress, which
+	// the syncer takes over.
+	AddressEnv  = peerdiscovery.PeerSyncAddressEnv
 	IntervalEnv = "EPP_PEER_SYNC_INTERVAL"
 	TLSDirEnv   = "EPP_PEER_SYNC_TLS_DIR"
 	// DefaultAddress is the peer-sync port's, where neither the parameters, the
@@ -133,13 +135,13 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 		return nil, fmt.Errorf("%s: peerDiscoveryRef=%q names no peer-discovery plugin of this module (%s or %s)", Type, p.PeerDiscoveryRef, peerdiscovery.EndpointSliceType, peerdiscovery.DNSType)
 	}
 	interval := peersync.DefaultInterval
-	switch {
+	switch env := os.Getenv(IntervalEnv); {
 	case p.Interval != nil:
 		interval = p.Interval.Duration
-	case os.Getenv(IntervalEnv) != "":
-		d, err := time.ParseDuration(os.Getenv(IntervalEnv))
+	case env != "":
+		d, err := time.ParseDuration(env)
 		if err != nil {
-			return nil, fmt.Errorf("invalid %s=%q: not a duration (e.g. 200ms)", IntervalEnv, os.Getenv(IntervalEnv))
+			return nil, fmt.Errorf("invalid %s=%q: not a duration (e.g. 200ms)", IntervalEnv, env)
 		}
 		interval = d
 	}
