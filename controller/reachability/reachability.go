@@ -363,22 +363,44 @@ func Answer(ctx context.Context, l net.Listener, line string) error {
 	})
 }
 
-// Accept hands each connection accepted on l to handle (which owns it), retrying
-// after a timeout, until ctx ends (nil; l is closed then) or accepting fails.
-func Accept(ctx context.Context, l net.Listener, handle func(net.Conn)) error {
+// Accept hands each connection accepted on l to handle (which owns it) until ctx
+// ends (nil; l is closed then) or l is closed by someone else (net.ErrClosed). No
+// other error ends it: one that a listener may recover from (too many open files,
+// a connection aborted before it was accepted) is passed to each onError and
+// retried after a backoff from 5 ms, doubling to 1 s, as net/http's Server does, so
+// that one bad moment never stops a replica's port for good.
+func Accept(ctx context.Context, l net.Listener, handle func(net.Conn), onError ...func(error)) error {
 	go func() { <-ctx.Done(); l.Close() }()
+	var backoff time.Duration
 	for {
 		conn, err := l.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
-			}
+		if err == nil {
+			backoff = 0
+			handle(conn)
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, net.ErrClosed) {
 			return err
 		}
-		handle(conn)
+		for _, f := range onError {
+			f(err)
+		}
+		backoff = acceptBackoff(backoff)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(backoff):
+		}
 	}
+}
+
+// acceptBackoff is the wait after an accept error that followed a wait of last.
+func acceptBackoff(last time.Duration) time.Duration {
+	if last == 0 {
+		return 5 * time.Millisecond
+	}
+	return min(2*last, time.Second)
 }
