@@ -195,6 +195,10 @@ type Plan struct {
 	err    error // the peer's Codec cannot be decoded into the local type
 }
 
+// Local is the local Codec the Plan decodes into.
+func (p *Plan) Local() *Codec { return p.local }
+
+// PlanFor returns the Plan that decodes this key's values into local (cached).
 func (k *RemoteKey) PlanFor(local *Codec) *Plan {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -1,7 +1,6 @@
 package wire
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -33,6 +32,10 @@ import (
 const (
 	Preface = "EPPSYNC1"
 	Version = 1
+
+	// MaxHelloBytes bounds a Hello's frame: a namespace and a name (at most 63 and
+	// 253 bytes in Kubernetes), four numbers.
+	MaxHelloBytes = 512
 
 	frameHello byte = 1
 	frameState byte = 2
@@ -358,13 +361,20 @@ func AppendState(dst []byte, s *State) []byte {
 // before it is read.
 var ErrFrameTooLarge = errors.New("frame over the size limit")
 
+// FrameReader is what frames are read from: a bufio.Reader, or a reader of single
+// bytes where nothing past the frame may be consumed.
+type FrameReader interface {
+	io.Reader
+	io.ByteReader
+}
+
 // ReadFrame reads one frame's body (at most max bytes).
-func ReadFrame(r *bufio.Reader, max int) ([]byte, error) {
+func ReadFrame(r FrameReader, max int) ([]byte, error) {
 	return ReadFrameInto(r, max, nil)
 }
 
 // ReadFrameInto is ReadFrame into buf's storage where it is large enough.
-func ReadFrameInto(r *bufio.Reader, max int, buf []byte) ([]byte, error) {
+func ReadFrameInto(r FrameReader, max int, buf []byte) ([]byte, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
 		if errors.Is(err, io.EOF) {
