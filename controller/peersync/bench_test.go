@@ -17,36 +17,45 @@ import (
 
 // benchSyncer is a syncer (not running) with n peers whose full states, as the
 // wire brings them, hold a value for each of endpoints endpoints.
-func benchSyncer(b *testing.B, n, endpoints int) (*Syncer, []string) {
-	b.Helper()
+func benchSyncer(tb testing.TB, n, endpoints int) (*Syncer, []string) {
+	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	b.Cleanup(func() { l.Close() })
+	tb.Cleanup(func() { l.Close() })
 	s, err := New(Options{Self: peers.Self{Namespace: "ns", Name: "self"}, Peers: peers.NewMemoryPeerStore(), Listener: l, Instance: fmt.Sprintf("bench-%d-%d", n, time.Now().UnixNano())})
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	eps := make([]string, endpoints)
 	for i := range eps {
 		eps[i] = fmt.Sprintf("llm/vllm-%d", i)
 		if err := s.Set("inflight:p", eps[i], &load{Requests: 1, Tokens: 100}); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
+	addBenchPeers(tb, s, n, endpoints, "llm/vllm")
+	return s, eps
+}
+
+// addBenchPeers adds n peers (ns/epp-0, ...) to s, each with a full state, as the
+// wire brings it, of a value for endpoints endpoints named prefix-0, prefix-1, ...
+func addBenchPeers(tb testing.TB, s *Syncer, n, endpoints int, prefix string) {
+	tb.Helper()
 	c := wire.CodecFor(reflect.TypeOf(&load{}))
-	for p := range n {
+	for range n {
 		s.mu.Lock()
+		p := len(s.peers)
 		rec := &peerRec{id: fmt.Sprintf("ns/epp-%d", p), idx: s.allocIdx()}
 		s.peers[rec.id] = rec
 		s.growSlots(s.nextIdx)
 		s.publishMembersLocked()
 		s.mu.Unlock()
 		st := wire.State{Full: true, Seq: 1, Keys: []wire.KeyDef{{Index: 1, Name: "inflight:p", Codec: c.Kind, Fields: c.Fields}}}
-		for i, ep := range eps {
+		for i := range endpoints {
 			data, _ := c.Encode(nil, &load{Requests: int64(p), Tokens: 10})
-			st.Entries = append(st.Entries, wire.EntryDef{Index: uint64(i + 1), Key: 1, Endpoint: ep})
+			st.Entries = append(st.Entries, wire.EntryDef{Index: uint64(i + 1), Key: 1, Endpoint: fmt.Sprintf("%s-%d", prefix, i)})
 			st.Values = append(st.Values, wire.ValueDef{Entry: uint64(i + 1), Data: data})
 		}
 		in := &inStream{hello: wire.Hello{Name: rec.id}}
@@ -55,10 +64,52 @@ func benchSyncer(b *testing.B, n, endpoints int) (*Syncer, []string) {
 		rec.current.Store(in)
 		s.mu.Unlock()
 		if _, err := s.apply(in, &st, time.Now()); err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 	}
-	return s, eps
+}
+
+// deltaSource applies, as every peer of s, deltas that change the value of every
+// endpoint.
+type deltaSource struct {
+	tb     testing.TB
+	s      *Syncer
+	ins    []*inStream
+	states []wire.State
+	round  int64
+}
+
+func newDeltaSource(tb testing.TB, s *Syncer, eps []string) *deltaSource {
+	d := &deltaSource{tb: tb, s: s}
+	s.mu.Lock()
+	for _, rec := range s.peers {
+		d.ins = append(d.ins, rec.in)
+	}
+	s.mu.Unlock()
+	d.states = make([]wire.State, len(d.ins))
+	for i := range d.states {
+		for e := range eps {
+			d.states[i].Values = append(d.states[i].Values, wire.ValueDef{Entry: uint64(e + 1)})
+		}
+	}
+	return d
+}
+
+// apply applies one delta of every peer, each value new.
+func (d *deltaSource) apply() {
+	d.round++
+	c := wire.CodecFor(reflect.TypeOf(&load{}))
+	data, _ := c.Encode(nil, &load{Requests: d.round % 7, Tokens: d.round})
+	for i, in := range d.ins {
+		st := &d.states[i]
+		st.Seq = uint64(d.round + 1)
+		for v := range st.Values {
+			st.Values[v].Data = data
+		}
+		if _, err := d.s.apply(in, st, time.Now()); err != nil {
+			d.tb.Fatal(err)
+		}
+	}
 }
 
 // mutexSyncer is the reference: the plain way, one lock around a map of every
@@ -123,6 +174,63 @@ func BenchmarkGet(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// BenchmarkGetAfterChange is the first Get of every endpoint after every peer's
+// value of it changed (values are decoded when they arrive, not on this read), at 30
+// peers, beside the mutex-and-map reference in the same run, whose values are
+// replaced the same way. Only the Gets are timed.
+func BenchmarkGetAfterChange(b *testing.B) {
+	const n = 30
+	s, eps := benchSyncer(b, n, 100)
+	deltas := newDeltaSource(b, s, eps)
+	b.Run(fmt.Sprintf("peersync/peers=%d", n), func(b *testing.B) {
+		b.ReportAllocs()
+		gets := 0
+		for b.Loop() {
+			b.StopTimer()
+			deltas.apply()
+			b.StartTimer()
+			for _, ep := range eps {
+				if _, ok := s.Get("inflight:p", ep, sum); !ok {
+					b.Fatal("miss")
+				}
+			}
+			gets += len(eps)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(gets), "ns/get")
+	})
+	ref := newMutexSyncer(n, eps)
+	b.Run(fmt.Sprintf("mutex-map/peers=%d", n), func(b *testing.B) {
+		b.ReportAllocs()
+		gets := 0
+		round := int64(0)
+		for b.Loop() {
+			b.StopTimer()
+			round++
+			ref.replace(n, eps, round)
+			b.StartTimer()
+			for _, ep := range eps {
+				if _, ok := ref.Get("inflight:p", ep, sum); !ok {
+					b.Fatal("miss")
+				}
+			}
+			gets += len(eps)
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(gets), "ns/get")
+	})
+}
+
+// replace gives every peer a new value of every endpoint.
+func (m *mutexSyncer) replace(n int, eps []string, round int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ep := range eps {
+		row := m.vals["inflight:p\x00"+ep]
+		for p := range n {
+			row[fmt.Sprintf("ns/epp-%d", p)] = &load{Requests: round % 7, Tokens: round}
+		}
 	}
 }
 

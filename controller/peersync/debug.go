@@ -2,7 +2,6 @@ package peersync
 
 import (
 	"encoding/json"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -79,7 +78,7 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 	now := s.o.now()
 	doc := Document{Self: s.hello.ID(), Interval: s.o.Interval.String(), TTL: s.o.TTL.String(), Peers: []PeerStatus{}, Keys: []KeyView{}}
 	s.mu.Lock()
-	names := map[int]string{}
+	peerNames := map[int]string{}
 	for _, rec := range s.peers {
 		ps := PeerStatus{ID: rec.id, Address: rec.meta.Address, Port: rec.meta.Port, InSync: rec.valid.Load() != 0,
 			Inbound: rec.in != nil, Entries: rec.entries.Load(), Outbound: "down"}
@@ -99,19 +98,24 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 			}
 		}
 		doc.Peers = append(doc.Peers, ps)
-		names[rec.idx] = rec.id
+		peerNames[rec.idx] = rec.id
 	}
 	s.mu.Unlock()
 	slices.SortFunc(doc.Peers, func(a, b PeerStatus) int { return strings.Compare(a.ID, b.ID) })
 
 	ms := *s.members.Load()
-	keys := *s.keys.Load()
-	for _, name := range slices.Sorted(maps.Keys(keys)) {
-		if !strings.HasPrefix(name, keyPrefix) {
-			continue
+	var names []string
+	keys := map[string]*keyState{}
+	s.keys.Range(func(name, k any) bool {
+		if strings.HasPrefix(name.(string), keyPrefix) {
+			names = append(names, name.(string))
+			keys[name.(string)] = k.(*keyState)
 		}
+		return true
+	})
+	slices.Sort(names)
+	for _, name := range names {
 		k := keys[name]
-		lc := k.codec.Load()
 		kv := KeyView{Key: name, Endpoints: []EndpointView{}}
 		var eps []string
 		k.slots.Range(func(ep, _ any) bool {
@@ -139,26 +143,22 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 				if m.idx >= len(cells) {
 					continue
 				}
-				c := &cells[m.idx]
-				rv := ReplicaValue{Replica: names[m.idx]}
-				var d any
-				var at int64
-				ok := false
-				if lc != nil {
-					d, at, ok = c.read(m.gen, lc)
+				p := cells[m.idx].Load()
+				if p == nil || p.gen != m.gen {
+					continue
 				}
-				if ok {
-					rv.Value = marshal(d)
-					counted = append(counted, d)
-				} else {
-					raw, rat, present := c.raw(m.gen)
-					if !present {
-						continue
-					}
+				rv := ReplicaValue{Replica: peerNames[m.idx], AgeSeconds: now.Sub(time.Unix(0, p.at)).Seconds()}
+				switch {
+				case p.v != nil:
+					rv.Value = marshal(p.v)
+					counted = append(counted, p.v)
+				case p.err != nil:
+					// Not decodable as this replica's type of the key: left out of Get.
+					rv.Value = marshal(map[string]any{"undecodable": p.err.Error()})
+				default:
 					// Not decodable as a local value (none set here yet): the peer's bytes.
-					rv.Value, at = marshal(map[string]any{"undecoded": raw}), rat
+					rv.Value = marshal(map[string]any{"undecoded": p.raw})
 				}
-				rv.AgeSeconds = now.Sub(time.Unix(0, at)).Seconds()
 				ev.Values = append(ev.Values, rv)
 			}
 			slices.SortFunc(ev.Values, func(a, b ReplicaValue) int { return strings.Compare(a.Replica, b.Replica) })

@@ -19,9 +19,13 @@
 // new ones.
 //
 // Only the discovered peers may push: a connection must come from a peer's address,
-// and its hello must name the peer discovery lists there; mutual TLS can be added.
-// Messages, values and definitions are bounded; what breaks a bound or does not
-// decode is a counted rejection and closes the connection, never a crash.
+// and its hello must name the peer discovery lists there; mutual TLS can be added,
+// and can bind a certificate to the replica it names. A connection from an address
+// discovery does not list yet waits for it until the handshake timeout. Before
+// admission, connections are bounded in all and per source, and the hello is read
+// unbuffered and capped. Messages, values, keys and entries (by what the pool can
+// have) are bounded; what breaks a bound or does not decode is a counted rejection,
+// never a crash, and an accept error is retried: the syncer never stops on one.
 //
 // Values are encoded by their Go type, and decoded into the type of this replica's
 // own values of the key, so that an aggregate's type assertions hold: a struct of
@@ -30,6 +34,7 @@
 // JSON. Keys and endpoints are named once per connection and referred to by index,
 // so a delta costs a few bytes per changed value.
 //
-// Get takes no lock: the key table, the membership and each value are immutable
+// Get takes no lock and decodes nothing: peers' values are decoded into the local
+// type when they arrive; the key table, the membership and each value are immutable
 // snapshots swapped by atomic pointers, and no lock is held while the aggregate runs.
 package peersync

@@ -95,6 +95,9 @@ func (s *Syncer) setMembers(ctx context.Context, ps []peers.PeerMetadata) {
 	}
 	s.growSlots(s.nextIdx)
 	s.publishMembersLocked()
+	// Connections waiting for their source or name to be listed are judged again.
+	close(s.changed)
+	s.changed = make(chan struct{})
 	for _, o := range stopped {
 		if o != nil {
 			o.cancel()
@@ -162,6 +165,7 @@ func (s *Syncer) publishMembersLocked() {
 		}
 	}
 	s.members.Store(&ms)
+	s.npeers.Store(int64(len(s.peers)))
 	s.m.peers.Set(float64(len(s.peers)))
 	s.m.inSync.Set(float64(len(ms)))
 }
@@ -235,6 +239,10 @@ func (s *Syncer) detach(in *inStream) {
 	if rec == nil {
 		return
 	}
+	for _, k := range in.keys {
+		k.ks.refs--
+	}
+	in.keys = nil
 	rec.streams--
 	if rec.removed {
 		if rec.streams == 0 {
@@ -247,11 +255,11 @@ func (s *Syncer) detach(in *inStream) {
 	}
 	rec.in = nil
 	rec.current.Store(nil)
-	if in.gen == 0 || rec.valid.Load() != in.gen {
+	gen := in.gen.Load()
+	if gen == 0 || rec.valid.Load() != gen {
 		return
 	}
 	left := time.Duration(rec.lastHeard.Load()+int64(s.o.TTL)) - time.Duration(s.o.now().UnixNano())
-	gen := in.gen
 	if left <= 0 {
 		s.endGenerationLocked(rec, gen, causeClosed)
 		return
@@ -270,10 +278,10 @@ func (s *Syncer) expire(in *inStream, cause string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec := in.rec
-	if rec == nil || rec.in != in || in.gen == 0 {
+	if rec == nil || rec.in != in || in.gen.Load() == 0 {
 		return
 	}
-	if s.endGenerationLocked(rec, in.gen, cause) && s.m.rateLimit("expire", s.o.now()) {
+	if s.endGenerationLocked(rec, in.gen.Load(), cause) && s.m.rateLimit("expire", s.o.now()) {
 		s.log.Info("peer silent for the TTL: its values no longer count", "peer", rec.id, "ttl", s.o.TTL)
 	}
 }

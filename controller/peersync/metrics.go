@@ -40,7 +40,7 @@ var (
 	}, []string{Label})
 	rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_rejections_total",
-		Help: "Connections and messages refused, by reason: unknown-source, identity, stale-incarnation, preface, tls, oversized, value-too-large (per value), malformed, too-many-entries.",
+		Help: "Connections and messages refused, by reason: unknown-source, identity, stale-incarnation, clock-skew, not-ready, too-many-pending, handshake-timeout, preface, tls, oversized, value-too-large (per value), undecodable (per value), malformed, stalled, too-many-entries, too-many-keys.",
 	}, []string{Label, "reason"})
 	connectErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_push_errors_total",
@@ -62,6 +62,14 @@ var (
 		Name: "epp_peer_sync_values_expired_total",
 		Help: "Peers' values that stopped counting, by cause: ttl (the peer was silent), removed (discovery removed it), replaced (a new connection's full state), closed (its connection ended and none came back within the TTL).",
 	}, []string{Label, "cause"})
+	pendingGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_peer_sync_pending_connections",
+		Help: "Connections accepted and not yet admitted: waiting for discovery to list their source or name, or in their handshake (bounded by maxPending).",
+	}, []string{Label})
+	acceptErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_accept_errors_total",
+		Help: "Errors accepting a connection on the peer-sync port (too many open files, say): each is retried after a backoff.",
+	}, []string{Label})
 	unsendable = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_unsendable_values_total",
 		Help: "Local values not sent because they could not be encoded or were over maxValueBytes.",
@@ -70,7 +78,7 @@ var (
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(pushSeconds, sentBytes, receivedBytes, sentMessages, receivedMessages, fullStates,
-		rejections, connectErrors, dropped, peersGauge, inSync, expired, unsendable)
+		rejections, connectErrors, dropped, peersGauge, inSync, expired, unsendable, pendingGauge, acceptErrors)
 }
 
 // instanceMetrics are one syncer's metrics.
@@ -88,6 +96,8 @@ type instanceMetrics struct {
 	inSync           prometheus.Gauge
 	expired          *prometheus.CounterVec
 	unsendable       prometheus.Counter
+	pending          prometheus.Gauge
+	acceptErrors     prometheus.Counter
 
 	mu     sync.Mutex
 	logged map[string]time.Time
@@ -109,10 +119,11 @@ func metricsFor(instance string) *instanceMetrics {
 		inSync:           inSync.With(l),
 		expired:          expired.MustCurryWith(l),
 		unsendable:       unsendable.With(l),
+		pending:          pendingGauge.With(l),
+		acceptErrors:     acceptErrors.With(l),
 		logged:           map[string]time.Time{},
 	}
-	for _, r := range []string{RejectUnknownSource, RejectIdentity, RejectStaleIncarnation, RejectPreface, RejectTLS,
-		RejectOversized, RejectValueTooLarge, RejectMalformed, RejectTooManyEntries} {
+	for _, r := range rejectReasons {
 		m.rejections.WithLabelValues(r)
 	}
 	for _, c := range []string{causeTTL, causeRemoved, causeReplaced, causeClosed} {

@@ -328,9 +328,11 @@ func nextBackoff(d time.Duration) time.Duration {
 }
 
 // connect dials the peer, checks its banner names it, and sends the preface and
-// hello.
+// hello. The banner may take the peer's handshake timeout to come: a peer holds a
+// connection from an address its discovery does not list yet until it does.
 func (s *Syncer) connect(ctx context.Context, p peers.PeerMetadata) (net.Conn, error) {
 	timeout := min(time.Second, s.o.TTL)
+	banner := s.o.HandshakeTimeout + timeout
 	d := net.Dialer{Timeout: timeout}
 	if s.o.SourceAddress != nil {
 		if ip := s.o.SourceAddress(p); ip != nil {
@@ -348,16 +350,19 @@ func (s *Syncer) connect(ctx context.Context, p peers.PeerMetadata) (net.Conn, e
 			return nil, fmt.Errorf("tls: %w", err)
 		}
 		tc := tls.Client(conn, cfg)
-		hctx, cancel := context.WithTimeout(ctx, timeout)
+		hctx, cancel := context.WithTimeout(ctx, banner)
 		err = tc.HandshakeContext(hctx)
 		cancel()
+		if err == nil && s.o.TLS.RequireReplicaName {
+			err = s.o.TLS.namesReplica(tc.ConnectionState(), p.Namespace, p.Name)
+		}
 		if err != nil {
 			conn.Close()
 			return nil, fmt.Errorf("tls: %w", err)
 		}
 		conn = tc
 	}
-	_ = conn.SetDeadline(s.o.now().Add(timeout))
+	_ = conn.SetDeadline(s.o.now().Add(banner))
 	line, err := bufio.NewReaderSize(conn, 256).ReadString('\n')
 	if err != nil {
 		conn.Close()

@@ -3,59 +3,68 @@ package peersync
 import (
 	"bufio"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 )
 
 // Reasons a peer's connection or message is refused, in the rejections_total metric.
 const (
-	RejectUnknownSource    = "unknown-source"    // the source address is no peer's
-	RejectIdentity         = "identity"          // the hello names another replica than the peer at that address
+	RejectUnknownSource    = "unknown-source"    // the source address is no peer's (after waiting for discovery to list it)
+	RejectIdentity         = "identity"          // the hello names another replica than the peer at that address, or one its certificate does not name
 	RejectStaleIncarnation = "stale-incarnation" // an older run of the peer's process than one already connected
+	RejectClockSkew        = "clock-skew"        // a hello whose start time is further in the future than maxClockSkew
+	RejectNotReady         = "not-ready"         // this replica's discovery had no peer set within the handshake timeout
+	RejectTooManyPending   = "too-many-pending"  // over the bound of connections not yet admitted (in all or from one address)
+	RejectHandshakeTimeout = "handshake-timeout" // TLS, preface or hello not done within the handshake timeout
 	RejectPreface          = "preface"           // not this protocol
 	RejectTLS              = "tls"               // the TLS handshake failed
-	RejectOversized        = "oversized"         // a message over maxMessageBytes
+	RejectOversized        = "oversized"         // a hello or message over its size limit
 	RejectValueTooLarge    = "value-too-large"   // a value over maxValueBytes (the rest of the message is kept)
+	RejectUndecodable      = "undecodable"       // a value that does not decode as this replica's type of its key (left out)
 	RejectMalformed        = "malformed"         // a message that does not decode, or refers to what it never defined
-	RejectTooManyEntries   = "too-many-entries"  // a peer defining more than maxEntries entries
+	RejectStalled          = "stalled"           // a peer silent for the TTL in the middle of a message
+	RejectTooManyEntries   = "too-many-entries"  // a peer defining more entries than its bound
+	RejectTooManyKeys      = "too-many-keys"     // a peer defining more keys than maxKeys, or past the bound of keys in all
 )
 
-// serve accepts the peers' connections until ctx ends.
-func (s *Syncer) serve(ctx context.Context) error {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	return reachability.Accept(ctx, s.o.Listener, func(conn net.Conn) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.serveConn(ctx, conn)
-		}()
-	})
-}
+// rejectReasons are every reason, for the metrics (created at 0).
+var rejectReasons = []string{RejectUnknownSource, RejectIdentity, RejectStaleIncarnation, RejectClockSkew, RejectNotReady,
+	RejectTooManyPending, RejectHandshakeTimeout, RejectPreface, RejectTLS, RejectOversized, RejectValueTooLarge,
+	RejectUndecodable, RejectMalformed, RejectStalled, RejectTooManyEntries, RejectTooManyKeys}
 
 // inStream is one peer's connection to this replica, and what it defined.
 type inStream struct {
 	rec     *peerRec
 	conn    net.Conn
 	hello   wire.Hello
-	gen     uint64 // of its latest full state; 0 before one
+	gen     atomic.Uint64 // of its latest full state; 0 before one (written under the peer's apply lock)
 	keys    map[uint64]*inKey
 	entries []inEntry // by entry index (the pusher reuses freed indexes: dense)
 	live    int       // entries defined
+	decoded []*peerValue
 }
 
+// inKey is a key a peer's connection defined: how the peer encodes it, and this
+// replica's state of it.
 type inKey struct {
-	rk *wire.RemoteKey
-	ks *keyState
+	rk   *wire.RemoteKey
+	ks   *keyState
+	plan atomic.Pointer[wire.Plan] // for the local type (a key's local type never changes)
+}
+
+func (k *inKey) planFor(lc *wire.Codec) *wire.Plan {
+	if p := k.plan.Load(); p != nil && p.Local() == lc {
+		return p
+	}
+	p := k.rk.PlanFor(lc)
+	k.plan.Store(p)
+	return p
 }
 
 type inEntry struct {
@@ -67,73 +76,21 @@ type inEntry struct {
 	layout uint64
 }
 
-func remoteIP(c net.Conn) string {
-	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
-	if err != nil {
-		return ""
-	}
-	return ap.Addr().Unmap().String()
-}
-
-// serveConn admits a connection only from a peer's address, then applies its
-// messages until it ends or stays silent for the TTL.
-func (s *Syncer) serveConn(ctx context.Context, conn net.Conn) {
+// serveConn admits a connection, then applies its messages until it ends or stays
+// silent for the TTL.
+func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitted func()) {
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	ip := remoteIP(conn)
-	if !s.isPeerAddress(ip) {
-		s.reject(RejectUnknownSource, "a connection from an address that is no peer's", "address", ip)
+	in, c := s.admit(ctx, conn, ip)
+	if in == nil {
 		return
 	}
-	handshake := min(2*time.Second, s.o.TTL+time.Second)
-	_ = conn.SetDeadline(s.o.now().Add(handshake))
-	if s.o.TLS != nil {
-		cfg, err := s.o.TLS.serverConfig()
-		if err != nil {
-			s.log.Error(err, "mTLS: cannot load the certificates; refusing the peer's connection", "address", ip)
-			s.m.rejections.WithLabelValues(RejectTLS).Inc()
-			return
-		}
-		tc := tls.Server(conn, cfg)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			if !isClosed(err) {
-				s.reject(RejectTLS, "mTLS handshake failed", "address", ip, "error", err.Error())
-			}
-			return
-		}
-		conn = tc
-	}
-	if _, err := io.WriteString(conn, reachability.AnswerLine(s.hello.ID())); err != nil {
-		return
-	}
-	br := bufio.NewReaderSize(conn, 64<<10)
-	var pre [len(wire.Preface)]byte
-	if _, err := io.ReadFull(br, pre[:]); err != nil {
-		return // a reachability probe: it connects and leaves
-	}
-	if string(pre[:]) != wire.Preface {
-		s.reject(RejectPreface, "a connection that does not speak this protocol", "address", ip)
-		return
-	}
-	body, err := wire.ReadFrame(br, s.o.MaxMessageBytes)
-	if err != nil {
-		s.rejectRead(err, ip)
-		return
-	}
-	h, err := wire.ParseHello(body)
-	if err != nil {
-		s.reject(RejectMalformed, "a malformed hello", "address", ip, "error", err.Error())
-		return
-	}
-	in := &inStream{conn: conn, hello: h}
-	rec, reason := s.attach(in, ip)
-	if rec == nil {
-		s.reject(reason, "refused a peer's connection", "address", ip, "replica", h.ID())
-		return
-	}
+	conn = c // TLS, if on
 	defer s.detach(in)
-	s.m.receivedBytes.Add(float64(len(body) + len(wire.Preface)))
+	admitted()
+	rec := in.rec
+	br := bufio.NewReaderSize(conn, 64<<10)
 	// One message at a time: its buffer and decoded form are reused (what a message
 	// defines is copied out, values into their cells).
 	var st wire.State
@@ -142,6 +99,7 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn) {
 	// message (it is a timer to move): when it fires early, it is moved to the TTL
 	// after the last message, and only a real silence of the TTL expires the peer.
 	last := s.o.now()
+	_ = conn.SetDeadline(time.Time{})
 	_ = conn.SetReadDeadline(last.Add(s.o.TTL))
 	for {
 		// Wait for a message's first byte: a deadline that fires here has consumed
@@ -163,7 +121,8 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn) {
 		body, err := wire.ReadFrameInto(br, s.o.MaxMessageBytes, buf)
 		if err != nil {
 			if isTimeout(err) {
-				s.expire(in, causeTTL) // silent in the middle of a message
+				s.reject(RejectStalled, "a peer stalled in the middle of a message; closing its connection", "peer", rec.id, "ttl", s.o.TTL)
+				s.expire(in, causeTTL)
 				return
 			}
 			if !isClosed(err) {
@@ -230,22 +189,50 @@ func (in *inStream) entry(idx uint64) *inEntry {
 	return &in.entries[idx]
 }
 
-// apply applies one state message of in.
+// apply applies one state message of in. Its bounds are checked before anything is
+// created: keys per peer and in all, entries per peer, slots in all.
 func (s *Syncer) apply(in *inStream, st *wire.State, now time.Time) (string, error) {
 	in.rec.applyMu.Lock()
 	defer in.rec.applyMu.Unlock()
-	if in.rec.current.Load() != in {
+	rec := in.rec
+	if rec.current.Load() != in {
 		return "", nil // replaced by a newer connection, or the peer was removed: its writes are over
 	}
 	if st.Full {
-		in.gen = s.gen.Add(1)
+		in.gen.Store(s.gen.Add(1))
+		s.releaseKeys(in.keys)
 		in.keys = map[uint64]*inKey{}
+		clear(in.entries)
 		in.entries, in.live = in.entries[:0], 0
-	} else if in.gen == 0 {
+	} else if in.gen.Load() == 0 {
 		return RejectMalformed, errors.New("a delta before any full state")
 	}
+	gen := in.gen.Load()
+	if n := len(in.keys) + len(st.Keys); n > s.o.MaxKeys {
+		return RejectTooManyKeys, fmt.Errorf("%d keys: more than maxKeys (%d)", n, s.o.MaxKeys)
+	}
+	if bound := s.entryBound(); in.live+len(st.Entries) > bound {
+		return RejectTooManyEntries, fmt.Errorf("%d entries: more than a peer may define (%d: twice this replica's %d entries plus 256, at least %d, at most maxEntries %d)",
+			in.live+len(st.Entries), bound, s.localEntries.Load(), s.o.MinEntryBound, s.o.MaxEntries)
+	}
+	if len(st.Entries) > 0 && s.slotCount.Load()+int64(len(st.Entries)) > s.slotBudget() {
+		// Generations replaced (reconnects, restarts) leave slots behind until a sweep.
+		if n := s.sweep(); n > 0 {
+			s.log.V(1).Info("swept slots that hold nothing, over the budget", "slots", n)
+		}
+		if s.slotCount.Load()+int64(len(st.Entries)) > s.slotBudget() {
+			return RejectTooManyEntries, fmt.Errorf("%d entries would take the slots of every key over their budget (%d)", len(st.Entries), s.slotBudget())
+		}
+	}
 	for _, k := range st.Keys {
-		in.keys[k.Index] = &inKey{rk: &wire.RemoteKey{Name: k.Name, Kind: k.Codec, Fields: k.Fields}, ks: s.keyFor(k.Name, true)}
+		if in.keys[k.Index] != nil {
+			return RejectMalformed, fmt.Errorf("key index %d defined twice", k.Index)
+		}
+		ks, err := s.peerKey(k.Name)
+		if err != nil {
+			return RejectTooManyKeys, err
+		}
+		in.keys[k.Index] = &inKey{rk: &wire.RemoteKey{Name: k.Name, Kind: k.Codec, Fields: k.Fields}, ks: ks}
 	}
 	for _, e := range st.Entries {
 		k := in.keys[e.Key]
@@ -264,15 +251,30 @@ func (s *Syncer) apply(in *inStream, st *wire.State, now time.Time) (string, err
 		}
 		in.entries[i] = inEntry{key: k, sl: s.slotFor(k.ks, e.Endpoint, true)}
 	}
-	rec := in.rec
+	// Decode first, outside the lock: Get finds the values decoded.
 	at := now.UnixNano()
-	s.slotsMu.RLock()
+	decoded := in.decoded[:0]
+	undecodable := 0
 	for _, v := range st.Values {
 		e := in.entry(v.Entry)
 		if e == nil {
-			s.slotsMu.RUnlock()
 			return RejectMalformed, errUndefined
 		}
+		p := &peerValue{gen: gen, at: at, key: e.key}
+		if lc := e.key.ks.codec.Load(); lc != nil {
+			if p.v, p.err = decodeAs(e.key, lc, v.Data); p.err != nil {
+				undecodable++
+				s.logUndecodable(rec.id, e.key.rk.Name, p.err)
+			}
+		} else {
+			p.raw = append([]byte(nil), v.Data...)
+		}
+		decoded = append(decoded, p)
+	}
+	s.m.rejections.WithLabelValues(RejectUndecodable).Add(float64(undecodable))
+	s.slotsMu.RLock()
+	for i, v := range st.Values {
+		e := in.entry(v.Entry)
 		if l := s.layout.Load(); e.c == nil || e.layout != l {
 			// Cells moved (grown) or the slot went (swept, deleted) since: look again.
 			if e.sl.removed.Load() {
@@ -282,7 +284,15 @@ func (s *Syncer) apply(in *inStream, st *wire.State, now time.Time) (string, err
 			}
 			e.c, e.layout = e.sl.cell(rec.idx), s.layout.Load()
 		}
-		e.c.write(in.gen, e.key.rk, v.Data, at)
+		p := decoded[i]
+		e.c.Store(p)
+		if p.raw != nil {
+			if lc := e.key.ks.codec.Load(); lc != nil {
+				// The key got its local type meanwhile (decodeKey may have passed
+				// this cell already): decode it here.
+				s.decodeCell(e.c, p, lc)
+			}
+		}
 	}
 	for _, idx := range st.Deletes {
 		e := in.entry(idx)
@@ -291,18 +301,20 @@ func (s *Syncer) apply(in *inStream, st *wire.State, now time.Time) (string, err
 			return RejectMalformed, errUndefined
 		}
 		if !e.sl.removed.Load() {
-			e.sl.cell(rec.idx).clear()
+			e.sl.cell(rec.idx).Store(nil)
 		}
 		*e = inEntry{}
 		in.live--
 	}
 	s.slotsMu.RUnlock()
+	clear(decoded)
+	in.decoded = decoded[:0]
 	rec.lastHeard.Store(now.UnixNano())
 	rec.entries.Store(int64(in.live))
 	if st.Full {
 		s.mu.Lock()
 		if rec.in == in {
-			if old := rec.valid.Swap(in.gen); old != 0 && old != in.gen {
+			if old := rec.valid.Swap(gen); old != 0 && old != gen {
 				// The peer's earlier state (a previous connection) is replaced whole.
 				s.m.expired.WithLabelValues(causeReplaced).Add(float64(rec.counted))
 			}
@@ -310,10 +322,47 @@ func (s *Syncer) apply(in *inStream, st *wire.State, now time.Time) (string, err
 			s.publishMembersLocked()
 		}
 		s.mu.Unlock()
-	} else if rec.valid.Load() == in.gen {
+	} else if rec.valid.Load() == gen {
 		s.mu.Lock()
 		rec.counted = in.live
 		s.mu.Unlock()
 	}
 	return "", nil
+}
+
+// decodeCell replaces p, a value kept as the peer's bytes, by its decoding as lc,
+// unless the cell moved on meanwhile.
+func (s *Syncer) decodeCell(c *cell, p *peerValue, lc *wire.Codec) {
+	v, err := decodeAs(p.key, lc, p.raw)
+	np := &peerValue{gen: p.gen, at: p.at, key: p.key, v: v, err: err}
+	if err != nil {
+		np.raw = p.raw
+	}
+	if c.CompareAndSwap(p, np) && err != nil {
+		s.m.rejections.WithLabelValues(RejectUndecodable).Inc()
+		s.logUndecodable("", p.key.rk.Name, err)
+	}
+}
+
+// decodeKey decodes the peers' values of k that arrived before this replica's first
+// value of it gave the key its local type lc.
+func (s *Syncer) decodeKey(k *keyState, lc *wire.Codec) {
+	s.slotsMu.RLock()
+	defer s.slotsMu.RUnlock()
+	k.slots.Range(func(_, v any) bool {
+		cells := *v.(*slot).cells.Load()
+		for i := range cells {
+			if p := cells[i].Load(); p != nil && p.raw != nil && p.v == nil && p.err == nil {
+				s.decodeCell(&cells[i], p, lc)
+			}
+		}
+		return true
+	})
+}
+
+// logUndecodable logs a value that does not decode (at most once a second).
+func (s *Syncer) logUndecodable(peer, key string, err error) {
+	if s.m.rateLimit(RejectUndecodable, s.o.now()) {
+		s.log.Info("a peer's value does not decode as this replica's type of its key; left out", "reason", RejectUndecodable, "peer", peer, "key", key, "error", err.Error())
+	}
 }

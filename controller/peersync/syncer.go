@@ -27,6 +27,16 @@ const (
 	DefaultMaxMessageBytes = 4 << 20
 	DefaultMaxValueBytes   = 4 << 10
 	DefaultMaxEntries      = 1 << 17
+	DefaultMaxKeys         = 64
+	// DefaultMinEntryBound is the least a peer may define, whatever this replica
+	// holds (see Options.MaxEntries).
+	DefaultMinEntryBound = 4096
+	// DefaultHandshakeTimeout bounds the time from a connection's accept to its
+	// admission: its source listed by discovery, TLS, the preface and the hello.
+	DefaultHandshakeTimeout    = 2 * time.Second
+	DefaultMaxPending          = 64
+	DefaultMaxPendingPerSource = 16
+	DefaultMaxClockSkew        = time.Minute
 	// MinInterval is the shortest push interval accepted.
 	MinInterval = 10 * time.Millisecond
 )
@@ -48,12 +58,38 @@ type Options struct {
 	// TTL is how long a peer's values count without a message from it. Default
 	// DefaultTTLIntervals × Interval.
 	TTL time.Duration
-	// MaxMessageBytes bounds one message, MaxValueBytes one encoded value, MaxEntries
-	// the entries one peer may define. Defaults DefaultMaxMessageBytes,
-	// DefaultMaxValueBytes, DefaultMaxEntries.
+	// MaxMessageBytes bounds one message, MaxValueBytes one encoded value. Defaults
+	// DefaultMaxMessageBytes, DefaultMaxValueBytes.
 	MaxMessageBytes int
 	MaxValueBytes   int
-	MaxEntries      int
+	// MaxEntries is the most entries (key, endpoint) one peer may define, whatever
+	// the pool. Within it, a peer may define what the pool can have: twice the
+	// entries this replica sets itself, plus 256, and at least MinEntryBound
+	// (defaults DefaultMaxEntries, DefaultMinEntryBound). A peer holds one value per
+	// entry, so these bound what a peer can make this replica hold.
+	MaxEntries    int
+	MinEntryBound int
+	// MaxKeys is the most state keys one peer may define (default DefaultMaxKeys);
+	// keys that no replica of this one's sets are held up to 4 × MaxKeys in all, and
+	// dropped once no peer defines them.
+	MaxKeys int
+	// HandshakeTimeout bounds a connection's admission (default
+	// DefaultHandshakeTimeout): a connection from an address that discovery does not
+	// list waits for it to be listed until then, and is refused as unknown-source
+	// after it; a peer must send its hello within it.
+	HandshakeTimeout time.Duration
+	// MaxPending and MaxPendingPerSource bound the connections not yet admitted, in
+	// all and from one address (defaults DefaultMaxPending,
+	// DefaultMaxPendingPerSource); more are closed at once, as too-many-pending.
+	MaxPending          int
+	MaxPendingPerSource int
+	// MaxClockSkew bounds how far in this replica's future a peer's start time may
+	// be (default DefaultMaxClockSkew): a later start wins over an earlier one, so a
+	// start time from the future is refused.
+	MaxClockSkew time.Duration
+	// PeersReady, if set, is closed once discovery has its first peer set: until
+	// then, connections wait rather than be judged against an empty set.
+	PeersReady <-chan struct{}
 	// TLS, if set, is mutual TLS for both directions.
 	TLS *TLSFiles
 	// SourceAddress, if set, picks the local address of the connections to a peer
@@ -74,10 +110,11 @@ type Options struct {
 // and Get folds this replica's value with each live peer's latest one.
 //
 // Get reads immutable snapshots and takes no lock: the key table, the membership and
-// each value are swapped whole by atomic pointers. A peer's values count while the
-// peer is in the peer set, its connection's latest full state is the generation in
-// force, and a message arrived within the TTL; any of those ending makes all of
-// that peer's values stop counting at once.
+// each value are swapped whole by atomic pointers, and peers' values are decoded when
+// they arrive. A peer's values count while the peer is in the peer set, its
+// connection's latest full state is the generation in force, and a message arrived
+// within the TTL; any of those ending makes all of that peer's values stop counting
+// at once.
 type Syncer struct {
 	o        Options
 	log      logr.Logger
@@ -86,8 +123,8 @@ type Syncer struct {
 	hello    wire.Hello
 	writeTTL time.Duration
 
-	keys    atomic.Pointer[map[string]*keyState] // copy-on-write
-	members atomic.Pointer[[]member]             // the live peers, for Get
+	keys    sync.Map                 // name -> *keyState
+	members atomic.Pointer[[]member] // the live peers, for Get
 
 	mu         sync.Mutex // structural changes: keys, peers, the pending lists
 	peers      map[string]*peerRec
@@ -96,12 +133,21 @@ type Syncer struct {
 	nextIdx    int
 	pendingNew []*localEntry
 	pendingDel []*localEntry
+	remoteKeys int           // keys no local Set made (bounded by 4 × MaxKeys)
+	changed    chan struct{} // closed and replaced when the membership changes (admission waits on it)
 
 	// slotsMu: RLock to create slots or write peers' values, Lock to grow the
 	// per-peer arrays of every slot or to sweep empty slots.
 	slotsMu sync.RWMutex
 	peerCap int           // guarded by slotsMu
 	layout  atomic.Uint64 // moves (under slotsMu.Lock) when cells move or slots go: cached cell pointers are then stale
+
+	slotCount    atomic.Int64 // slots in all keys
+	localEntries atomic.Int64 // (key, endpoint) this replica set and did not delete
+	npeers       atomic.Int64 // peers in the membership
+	sweeping     sync.Mutex   // one sweep at a time
+
+	pending admission // connections not yet admitted
 
 	gen   atomic.Uint64 // generations, unique across peers
 	clock atomic.Int64  // unix ns, set by the push loop each interval: Set's time stamp without a clock read
@@ -116,7 +162,9 @@ type Syncer struct {
 type keyState struct {
 	name  string
 	codec atomic.Pointer[wire.Codec]
-	slots sync.Map // endpoint -> *slot
+	slots sync.Map    // endpoint -> *slot
+	refs  int         // peers' connections that define it (Syncer.mu)
+	local atomic.Bool // this replica set a value of it (written under Syncer.mu): kept for good
 
 	index   uint64 // for the wire (guarded by Syncer.mu until defined, then the push loop's)
 	defined bool   // push loop
@@ -165,18 +213,20 @@ func New(o Options) (*Syncer, error) {
 	if o.TTL < o.Interval {
 		return nil, fmt.Errorf("peersync: ttl %v is shorter than the interval %v: every peer would expire between two messages", o.TTL, o.Interval)
 	}
-	if o.MaxMessageBytes == 0 {
-		o.MaxMessageBytes = DefaultMaxMessageBytes
-	}
-	if o.MaxValueBytes == 0 {
-		o.MaxValueBytes = DefaultMaxValueBytes
-	}
-	if o.MaxEntries == 0 {
-		o.MaxEntries = DefaultMaxEntries
-	}
-	if o.MaxMessageBytes < 1024 || o.MaxValueBytes < 16 || o.MaxValueBytes > min(o.MaxMessageBytes, MaxValueBytesLimit) || o.MaxEntries < 1 {
-		return nil, fmt.Errorf("peersync: limits out of range: maxMessageBytes %d (at least 1024), maxValueBytes %d (16 to maxMessageBytes, at most %d), maxEntries %d",
-			o.MaxMessageBytes, o.MaxValueBytes, MaxValueBytesLimit, o.MaxEntries)
+	setDefault(&o.MaxMessageBytes, DefaultMaxMessageBytes)
+	setDefault(&o.MaxValueBytes, DefaultMaxValueBytes)
+	setDefault(&o.MaxEntries, DefaultMaxEntries)
+	setDefault(&o.MinEntryBound, DefaultMinEntryBound)
+	setDefault(&o.MaxKeys, DefaultMaxKeys)
+	setDefault(&o.HandshakeTimeout, DefaultHandshakeTimeout)
+	setDefault(&o.MaxPending, DefaultMaxPending)
+	setDefault(&o.MaxPendingPerSource, DefaultMaxPendingPerSource)
+	setDefault(&o.MaxClockSkew, DefaultMaxClockSkew)
+	if o.MaxMessageBytes < 1024 || o.MaxValueBytes < 16 || o.MaxValueBytes > min(o.MaxMessageBytes, MaxValueBytesLimit) ||
+		o.MaxEntries < 1 || o.MinEntryBound < 1 || o.MaxKeys < 1 || o.MaxPending < 1 || o.MaxPendingPerSource < 1 ||
+		o.HandshakeTimeout < 0 || o.MaxClockSkew < 0 {
+		return nil, fmt.Errorf("peersync: limits out of range: maxMessageBytes %d (at least 1024), maxValueBytes %d (16 to maxMessageBytes, at most %d), maxEntries %d, minEntryBound %d, maxKeys %d, maxPending %d, maxPendingPerSource %d (all at least 1), handshakeTimeout %v, maxClockSkew %v",
+			o.MaxMessageBytes, o.MaxValueBytes, MaxValueBytesLimit, o.MaxEntries, o.MinEntryBound, o.MaxKeys, o.MaxPending, o.MaxPendingPerSource, o.HandshakeTimeout, o.MaxClockSkew)
 	}
 	if o.now == nil {
 		o.now = time.Now
@@ -198,13 +248,19 @@ func New(o Options) (*Syncer, error) {
 			Start: uint64(o.now().UnixNano()), Nonce: binary.LittleEndian.Uint64(nonce[:])},
 		peers:   map[string]*peerRec{},
 		byAddr:  map[string][]*peerRec{},
+		changed: make(chan struct{}),
 		peerCap: 8,
 	}
+	s.pending.init(o.MaxPending, o.MaxPendingPerSource, s.m.pending)
 	s.clock.Store(o.now().UnixNano())
-	keys := map[string]*keyState{}
-	s.keys.Store(&keys)
 	s.members.Store(&[]member{})
 	return s, nil
+}
+
+func setDefault[T int | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
 }
 
 // Interval is the push interval in force.
@@ -214,7 +270,8 @@ func (s *Syncer) Interval() time.Duration { return s.o.Interval }
 func (s *Syncer) TTL() time.Duration { return s.o.TTL }
 
 // Run follows the membership, serves the peers' pushes and pushes this replica's
-// values until ctx ends (nil) or the listener fails.
+// values until ctx ends. It returns nil then; it does not end before: an error of
+// the listener is retried (see reachability.Accept).
 func (s *Syncer) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { s.followMembers(ctx); return nil })
@@ -228,25 +285,68 @@ func (s *Syncer) Run(ctx context.Context) error {
 	return err
 }
 
-// keyFor returns the state of key, created if create.
+// keyFor returns the state of key; create makes it this replica's key (Set): never
+// bounded, never dropped.
 func (s *Syncer) keyFor(key string, create bool) *keyState {
-	if k := (*s.keys.Load())[key]; k != nil || !create {
-		return k
+	v, ok := s.keys.Load(key)
+	if ok && (!create || v.(*keyState).local.Load()) {
+		return v.(*keyState)
+	}
+	if !create {
+		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	cur := *s.keys.Load()
-	if k := cur[key]; k != nil {
-		return k
+	k, created := s.keyLocked(key)
+	if !created && !k.local.Load() {
+		s.remoteKeys-- // a peer's key becomes this replica's too
 	}
-	next := make(map[string]*keyState, len(cur)+1)
-	for n, k := range cur {
-		next[n] = k
+	k.local.Store(true)
+	return k
+}
+
+// keyLocked returns the state of key, created if missing. Syncer.mu is held.
+func (s *Syncer) keyLocked(key string) (*keyState, bool) {
+	if k, ok := s.keys.Load(key); ok {
+		return k.(*keyState), false
 	}
 	k := &keyState{name: key}
-	next[key] = k
-	s.keys.Store(&next)
-	return k
+	s.keys.Store(key, k)
+	return k, true
+}
+
+// peerKey returns the state of key for a peer's connection that defines it, and
+// counts the reference; a key no replica of this one's sets is created only within
+// 4 × MaxKeys such keys. releaseKeys drops the references.
+func (s *Syncer) peerKey(key string) (*keyState, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v, ok := s.keys.Load(key); ok {
+		k := v.(*keyState)
+		k.refs++
+		return k, nil
+	}
+	if limit := 4 * s.o.MaxKeys; s.remoteKeys >= limit {
+		return nil, fmt.Errorf("key %q: the peers define %d keys this replica does not set, the limit is %d (4 × maxKeys)", key, s.remoteKeys, limit)
+	}
+	k, _ := s.keyLocked(key)
+	k.refs++
+	s.remoteKeys++
+	return k, nil
+}
+
+// releaseKeys drops the references of a connection's key definitions (a new full
+// state, the connection's end): a peer's key that nothing references any more goes
+// with the next sweep.
+func (s *Syncer) releaseKeys(keys map[uint64]*inKey) {
+	if len(keys) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		k.ks.refs--
+	}
 }
 
 // slotFor returns the slot of (k, endpoint), created if create.
@@ -262,7 +362,10 @@ func (s *Syncer) slotFor(k *keyState, endpoint string, create bool) *slot {
 	sl := &slot{key: k, endpoint: endpoint}
 	cells := newCells(s.peerCap)
 	sl.cells.Store(&cells)
-	actual, _ := k.slots.LoadOrStore(endpoint, sl)
+	actual, loaded := k.slots.LoadOrStore(endpoint, sl)
+	if !loaded {
+		s.slotCount.Add(1)
+	}
 	return actual.(*slot)
 }
 
@@ -281,7 +384,10 @@ func (s *Syncer) Set(key, endpoint string, value any) error {
 	k := s.keyFor(key, true)
 	kc := k.codec.Load()
 	if kc == nil {
-		k.codec.CompareAndSwap(nil, c)
+		if k.codec.CompareAndSwap(nil, c) {
+			// The peers' values that came before it are decoded now, off the request path.
+			s.decodeKey(k, c)
+		}
 		kc = k.codec.Load()
 	}
 	if kc != c {
@@ -298,6 +404,7 @@ func (s *Syncer) Set(key, endpoint string, value any) error {
 				e := &localEntry{key: k, endpoint: endpoint, slot: sl}
 				sl.entry.Store(e)
 				s.pendingNew = append(s.pendingNew, e)
+				s.localEntries.Add(1)
 			}
 			s.mu.Unlock()
 		}
@@ -320,6 +427,7 @@ func (s *Syncer) Delete(key, endpoint string) {
 	v, ok := k.slots.LoadAndDelete(endpoint)
 	if ok {
 		v.(*slot).removed.Store(true)
+		s.slotCount.Add(-1)
 		s.layout.Add(1)
 	}
 	s.slotsMu.Unlock()
@@ -331,21 +439,24 @@ func (s *Syncer) Delete(key, endpoint string) {
 	if e := sl.entry.Load(); e != nil {
 		e.deleted.Store(true)
 		s.pendingDel = append(s.pendingDel, e)
+		s.localEntries.Add(-1)
 	}
 	s.mu.Unlock()
 }
 
 // Get folds this replica's value of (key, endpoint) and each live peer's with
-// aggregate, which must not keep or modify the slice (it is reused) or its values. It reports
-// false when no replica has a value. Peers' values are decoded as the type of this
-// replica's values of the key: until this replica has set one, only its own count.
-// A nil aggregate returns this replica's value.
+// aggregate, which must not keep or modify the slice (it is reused) or its values.
+// It reports false when no replica has a value. Peers' values are decoded as the
+// type of this replica's values of the key when they arrive: until this replica has
+// set one, only its own count. A nil aggregate returns this replica's value.
+//
+// Get takes no lock and decodes nothing: it loads one pointer per peer.
 func (s *Syncer) Get(key, endpoint string, aggregate func([]any) any) (any, bool) {
-	k := (*s.keys.Load())[key]
-	if k == nil {
+	kv, ok := s.keys.Load(key)
+	if !ok {
 		return nil, false
 	}
-	v, ok := k.slots.Load(endpoint)
+	v, ok := kv.(*keyState).slots.Load(endpoint)
 	if !ok {
 		return nil, false
 	}
@@ -360,22 +471,11 @@ func (s *Syncer) Get(key, endpoint string, aggregate func([]any) any) (any, bool
 	if local != nil {
 		vals = append(vals, local)
 	}
-	if lc := k.codec.Load(); lc != nil {
-		cells := *sl.cells.Load()
-		for _, m := range ms {
-			if m.idx >= len(cells) {
-				continue
-			}
-			c := &cells[m.idx]
-			// cell.read's common case, by hand (it is too large to be inlined).
-			if d := c.dec.Load(); d != nil && d.seq == c.seq.Load() && d.local == lc {
-				if d.gen == m.gen && d.err == nil {
-					vals = append(vals, d.v)
-				}
-				continue
-			}
-			if v, _, ok := c.readSlow(m.gen, lc); ok {
-				vals = append(vals, v)
+	cells := *sl.cells.Load()
+	for _, m := range ms {
+		if m.idx < len(cells) {
+			if p := cells[m.idx].Load(); p.counts(m.gen) {
+				vals = append(vals, p.v)
 			}
 		}
 	}
@@ -409,53 +509,94 @@ func (s *Syncer) growSlots(n int) {
 	for newCap < n {
 		newCap *= 2
 	}
-	for _, k := range *s.keys.Load() {
-		k.slots.Range(func(_, v any) bool {
+	s.keys.Range(func(_, kv any) bool {
+		kv.(*keyState).slots.Range(func(_, v any) bool {
 			sl := v.(*slot)
 			old := *sl.cells.Load()
 			next := newCells(newCap)
 			for i := range old {
-				next[i].copyFrom(&old[i])
+				next[i].Store(old[i].Load())
 			}
 			sl.cells.Store(&next)
 			return true
 		})
-	}
+		return true
+	})
 	s.peerCap = newCap
 	s.layout.Add(1)
 }
 
-// sweep removes the slots that hold nothing that counts: no value of this replica
-// and no peer value of a generation in force.
+// entryBound is the most entries one peer may define now: what the pool can have,
+// judged by what this replica sets itself (see Options.MaxEntries).
+func (s *Syncer) entryBound() int {
+	return min(s.o.MaxEntries, max(s.o.MinEntryBound, 2*int(s.localEntries.Load())+256))
+}
+
+// slotBudget is the most slots every key may hold together before a sweep is due
+// at once: this replica's entries, every peer's bound, and as much again for
+// generations being replaced.
+func (s *Syncer) slotBudget() int64 {
+	return 2*(s.localEntries.Load()+s.npeers.Load()*int64(s.entryBound())) + 1024
+}
+
+// sweep removes what holds nothing that counts: peers' values of a generation no
+// longer in force, slots with no value of this replica and none of a peer, and
+// keys that no replica of this one's sets and no peer defines.
 func (s *Syncer) sweep() int {
+	s.sweeping.Lock()
+	defer s.sweeping.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.slotsMu.Lock()
 	defer s.slotsMu.Unlock()
 	valid := map[uint64]bool{}
 	for _, m := range *s.members.Load() {
 		valid[m.gen] = true
 	}
+	// Generations of connections still applying (their first full state may not be
+	// in force yet) are kept too.
+	for _, rec := range s.peers {
+		if in := rec.current.Load(); in != nil {
+			valid[in.gen.Load()] = true
+		}
+	}
 	swept := 0
-	for _, k := range *s.keys.Load() {
+	s.keys.Range(func(name, kv any) bool {
+		k := kv.(*keyState)
 		k.slots.Range(func(ep, v any) bool {
 			sl := v.(*slot)
-			if sl.localVer.Load() != 0 {
-				return true
-			}
+			held := false
 			cells := *sl.cells.Load()
 			for i := range cells {
-				if cells[i].holds(valid) {
-					return true
+				if p := cells[i].Load(); p != nil {
+					if valid[p.gen] {
+						held = true
+					} else {
+						cells[i].CompareAndSwap(p, nil)
+					}
 				}
 			}
-			if sl.entry.Load() != nil {
-				return true // the push loop still lists it
+			if held || sl.localVer.Load() != 0 || sl.entry.Load() != nil {
+				return true // the push loop still lists it, or something counts
 			}
 			k.slots.Delete(ep)
 			sl.removed.Store(true)
+			s.slotCount.Add(-1)
 			s.layout.Add(1)
 			swept++
 			return true
 		})
-	}
+		if !k.local.Load() && k.refs == 0 && isEmpty(&k.slots) {
+			s.keys.Delete(name)
+			s.remoteKeys--
+		}
+		return true
+	})
 	return swept
+}
+
+func isEmpty(m *sync.Map) bool {
+	empty := true
+	m.Range(func(_, _ any) bool { empty = false; return false })
+	return empty
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -21,6 +22,14 @@ type TLSFiles struct {
 	// chain to the CA is what is checked (pods have no stable names to put in a
 	// certificate; the CA is the trust boundary).
 	ServerName string
+	// RequireReplicaName binds a peer's certificate to the replica it claims to be:
+	// its certificate must name that replica (see NamesReplica), both ways: the
+	// listener checks the dialer's hello, the dialer the peer it dialed. Without it,
+	// one Secret shared by every replica is enough, and any certificate the CA
+	// signed may claim any peer (the source address is still checked against
+	// discovery). Per-pod certificates (cert-manager's csi-driver, say) make it
+	// possible.
+	RequireReplicaName bool
 
 	mu      sync.Mutex
 	checked time.Time
@@ -92,6 +101,38 @@ func (t *TLSFiles) verify(cs tls.ConnectionState, usage x509.ExtKeyUsage) error 
 	_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, DNSName: t.ServerName,
 		KeyUsages: []x509.ExtKeyUsage{usage}})
 	return err
+}
+
+// NamesReplica reports whether the certificate names the replica namespace/name: a
+// DNS name "<name>.<namespace>" or starting with "<name>.<namespace>." (as
+// "${POD_NAME}.${POD_NAMESPACE}.pod" or ".svc.cluster.local"), or a URI whose path
+// ends with "/ns/<namespace>/pod/<name>".
+func NamesReplica(c *x509.Certificate, namespace, name string) bool {
+	want := name + "." + namespace
+	for _, d := range c.DNSNames {
+		if d == want || strings.HasPrefix(d, want+".") {
+			return true
+		}
+	}
+	for _, u := range c.URIs {
+		if strings.HasSuffix(u.Path, "/ns/"+namespace+"/pod/"+name) {
+			return true
+		}
+	}
+	return false
+}
+
+// namesReplica checks that the peer's certificate names the replica.
+func (t *TLSFiles) namesReplica(cs tls.ConnectionState, namespace, name string) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("the peer presented no certificate")
+	}
+	c := cs.PeerCertificates[0]
+	if NamesReplica(c, namespace, name) {
+		return nil
+	}
+	return fmt.Errorf("its certificate (DNS names %v, URIs %v) does not name %s/%s (want DNS name %s.%s[.…] or a URI ending /ns/%s/pod/%s)",
+		c.DNSNames, c.URIs, namespace, name, name, namespace, namespace, name)
 }
 
 func (t *TLSFiles) serverConfig() (*tls.Config, error) {
