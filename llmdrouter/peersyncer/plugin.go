@@ -89,11 +89,20 @@ type Parameters struct {
 	// 4 KiB).
 	MaxMessageBytes int `json:"maxMessageBytes,omitempty"`
 	MaxValueBytes   int `json:"maxValueBytes,omitempty"`
+	// MaxEntries caps the (key, endpoint) entries one peer may define (default
+	// 131072); within it a peer may define twice this replica's entries plus 256,
+	// and at least 4096. MaxKeys caps the state keys one peer may define (default
+	// 64).
+	MaxEntries int `json:"maxEntries,omitempty"`
+	MaxKeys    int `json:"maxKeys,omitempty"`
 	// TLSDir, if set, turns on mutual TLS with the ca.crt, tls.crt and tls.key of a
 	// Secret mounted there (env EPP_PEER_SYNC_TLS_DIR); TLSServerName, if set, is the
-	// name the peers' certificates must hold.
-	TLSDir        string `json:"tlsDir,omitempty"`
-	TLSServerName string `json:"tlsServerName,omitempty"`
+	// name the peers' certificates must hold. TLSRequireReplicaName binds each
+	// peer's certificate to the replica it claims to be (per-pod certificates: a DNS
+	// name <pod>.<namespace>[.…] or a URI ending /ns/<namespace>/pod/<pod>).
+	TLSDir                string `json:"tlsDir,omitempty"`
+	TLSServerName         string `json:"tlsServerName,omitempty"`
+	TLSRequireReplicaName bool   `json:"tlsRequireReplicaName,omitempty"`
 }
 
 // Plugin is the syncer.
@@ -154,6 +163,9 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 			return nil, fmt.Errorf("invalid ttl=%v: want at least the interval (%v)", ttl, interval)
 		}
 	}
+	if p.TLSRequireReplicaName && p.TLSDir == "" && os.Getenv(TLSDirEnv) == "" {
+		return nil, fmt.Errorf("%s: tlsRequireReplicaName needs mutual TLS: set tlsDir (or %s)", Type, TLSDirEnv)
+	}
 	var tlsFiles *peersync.TLSFiles
 	tlsDir, tlsParam := p.TLSDir, "tlsDir"
 	if tlsDir == "" {
@@ -162,6 +174,7 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 	if tlsDir != "" {
 		tlsFiles = peersync.TLSFilesInDir(tlsDir)
 		tlsFiles.ServerName = p.TLSServerName
+		tlsFiles.RequireReplicaName = p.TLSRequireReplicaName
 		if err := tlsFiles.Check(); err != nil {
 			return nil, fmt.Errorf("invalid %s=%q: %w", tlsParam, tlsDir, err)
 		}
@@ -188,8 +201,8 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 	self := pd.Self()
 	s, err := peersync.New(peersync.Options{
 		Self: self, Peers: pd.Peers(), Listener: l, Interval: interval, TTL: ttl,
-		MaxMessageBytes: p.MaxMessageBytes, MaxValueBytes: p.MaxValueBytes, TLS: tlsFiles,
-		SourceAddress: sourceAddress(self), Instance: name, Log: log,
+		MaxMessageBytes: p.MaxMessageBytes, MaxValueBytes: p.MaxValueBytes, MaxEntries: p.MaxEntries, MaxKeys: p.MaxKeys,
+		TLS: tlsFiles, PeersReady: pd.Ready(), SourceAddress: sourceAddress(self), Instance: name, Log: log,
 	})
 	if err != nil {
 		l.Close()
