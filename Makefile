@@ -287,9 +287,9 @@ verify-modgraph: ## Fail when the root module's graph holds Helm, kustomize, ter
 	hack/check-modgraph.sh
 
 .PHONY: bench
-bench: ## Micro-benchmarks: the peer-set computation, the /debug/peers rendering, and peer-sync's Get, receive and push beside a mutex-and-map reference (figures in docs/PERFORMANCE.md).
-	go test -run='^$$' -bench=. -benchmem -count=6 ./controller/peerset ./controller/app | tee $(BIN)/bench.txt
-	go test -run='^$$' -bench='BenchmarkGet$$|BenchmarkReceive|BenchmarkTick' -benchmem -count=3 ./controller/peersync | tee -a $(BIN)/bench.txt
+bench: ## Micro-benchmarks: the peer-set computation, the /debug/peers rendering, and peer-sync's Get (steady and first after a change), receive and push beside a mutex-and-map reference (figures in docs/PERFORMANCE.md).
+	go test -run='^$$' -bench=. -benchmem -count=6 ./controller/peerset ./controller/debugpeers | tee $(BIN)/bench.txt
+	go test -run='^$$' -bench='BenchmarkGet$$|BenchmarkGetAfterChange|BenchmarkReceive|BenchmarkTick' -benchmem -count=3 ./controller/peersync | tee -a $(BIN)/bench.txt
 
 .PHONY: bench-live
 bench-live: build build-llmd k8s ## epp, a plain client-go informer and llm-d-router's EPP with the plugin, side by side on one real API server at 3/100/1,000/10,000 peers; writes the tables to docs/PERFORMANCE.md (~15 min).
