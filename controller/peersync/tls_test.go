@@ -17,8 +17,9 @@ import (
 )
 
 // writeTLSDir writes a Secret-like directory (ca.crt, tls.crt, tls.key) with a
-// certificate for peer sync signed by a new CA, or by ca if given.
-func writeTLSDir(t *testing.T, ca *testCA) (string, *testCA) {
+// certificate for peer sync signed by a new CA, or by ca if given, with the DNS
+// names dnsNames (default: the Service's).
+func writeTLSDir(t *testing.T, ca *testCA, dnsNames ...string) (string, *testCA) {
 	t.Helper()
 	if ca == nil {
 		ca = newTestCA(t)
@@ -34,6 +35,9 @@ func writeTLSDir(t *testing.T, ca *testCA) (string, *testCA) {
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:    []string{"epp-peers.ns.svc"},
+	}
+	if len(dnsNames) > 0 {
+		tmpl.DNSNames = dnsNames
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -113,4 +117,53 @@ func TestMutualTLS(t *testing.T) {
 	if err := TLSFilesInDir(t.TempDir()).Check(); err == nil {
 		t.Fatal("a directory without certificates passed Check")
 	}
+}
+
+// TestCertificateMustNameTheReplica: with RequireReplicaName, a certificate of the
+// CA is not enough: it must name the replica its hello claims (and the dialer checks
+// the listener's names the peer it dialed). Without it, epp-2 presenting epp-1's
+// certificate would be admitted.
+func TestCertificateMustNameTheReplica(t *testing.T) {
+	ca := newTestCA(t)
+	dirs := map[string]string{}
+	for _, name := range []string{"epp-0", "epp-1"} {
+		dirs[name], _ = writeTLSDir(t, ca, name+".ns.pod")
+	}
+	named := func(name string) clusterOption {
+		return func(o *Options) {
+			o.TLS = TLSFilesInDir(dirs[name])
+			o.TLS.RequireReplicaName = true
+		}
+	}
+	r0 := startReplica(t, "epp-0", named("epp-0"))
+	r1 := startReplica(t, "epp-1", named("epp-1"))
+	rs := []*replica{r0, r1}
+	r0.members.UpsertPeer(r1.meta())
+	r1.members.UpsertPeer(r0.meta())
+	for i, r := range rs {
+		if err := r.s.Set("k", "ns/e", &load{Requests: int64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSum(t, 3*time.Second, rs, "k", "ns/e", 3)
+
+	// epp-2, listed by replica 0, presents epp-1's certificate (of the same CA).
+	liar := startReplica(t, "epp-2", named("epp-1"))
+	liar.members.UpsertPeer(r0.meta())
+	r0.members.UpsertPeer(liar.meta())
+	if err := liar.s.Set("k", "ns/e", &load{Requests: 100}); err != nil {
+		t.Fatal(err)
+	}
+	before := testutil.ToFloat64(rejections.WithLabelValues(r0.instance, RejectIdentity))
+	eventually(t, 3*time.Second, func() bool {
+		return testutil.ToFloat64(rejections.WithLabelValues(r0.instance, RejectIdentity)) > before
+	}, func() string { return "a certificate naming epp-1 was accepted for epp-2" })
+	if got := r0.requests("k", "ns/e"); got != 3 {
+		t.Fatalf("replica 0 sums %d, want 3 (epp-2 must not count)", got)
+	}
+	// And epp-2 cannot dial replica 0 as what it is not, nor replica 0 accept it the
+	// other way: replica 0's pushes to epp-2 fail the name check.
+	eventually(t, 3*time.Second, func() bool {
+		return testutil.ToFloat64(connectErrors.WithLabelValues(r0.instance, "tls")) > 0
+	}, func() string { return "replica 0 pushed to a listener whose certificate names another replica" })
 }
