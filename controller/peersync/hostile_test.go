@@ -117,11 +117,12 @@ func TestKeysArePerPeerBoundedAndDropped(t *testing.T) {
 	before := r.rejected(RejectTooManyKeys)
 	// The replica may close the connection before it has read all of it.
 	_, _ = c.Write(wire.AppendState(nil, fullState(20000, 1, "ns/e")))
-	r.waitRejected(t, 2*time.Second, RejectTooManyKeys, before, "20,000 keys in one message")
+	// Parsing the message is most of it (slower under the race detector).
+	r.waitRejected(t, 5*time.Second, RejectTooManyKeys, before, "20,000 keys in one message")
 	if !closedBy(c, 2*time.Second) {
 		t.Error("the connection of a peer over maxKeys stayed open")
 	}
-	if took := time.Since(start); took > 2*time.Second {
+	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("refusing 20,000 keys took %v", took)
 	}
 
@@ -301,9 +302,8 @@ func TestEntriesAreBoundedByThePool(t *testing.T) {
 	before := r.rejected(RejectTooManyEntries)
 	for i := range 3 {
 		c := rawPeer(t, r, "m", time.Now())
-		if _, err := c.Write(wire.AppendState(nil, fullState(1, 131000, fmt.Sprintf("ns/new-%d", i)))); err != nil {
-			t.Fatal(err)
-		}
+		// The replica may close the connection before it has read all of it.
+		_, _ = c.Write(wire.AppendState(nil, fullState(1, 131000, fmt.Sprintf("ns/new-%d", i))))
 		r.waitRejected(t, 5*time.Second, RejectTooManyEntries, before+float64(i), "131,000 entries")
 	}
 	if grown := int64(heapInUse()) - int64(heap0); grown > 32<<20 {
@@ -407,8 +407,9 @@ func TestGetDecodesNothing(t *testing.T) {
 			}
 		}
 	})
-	// Get allocates nothing but the aggregate's result: one per Get.
-	if got := both - applyOnly; got > float64(len(eps))+1 {
+	// Get allocates nothing but the aggregate's result: one per Get (and, under the
+	// race detector, which drops sync.Pool items at random, a slice now and then).
+	if got := both - applyOnly; got > 2*float64(len(eps)) {
 		t.Errorf("the first Gets after a change allocate %.0f times for %d Gets, want only the aggregates' %d results", got, len(eps), len(eps))
 	}
 }
