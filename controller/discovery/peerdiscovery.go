@@ -71,6 +71,10 @@ func (d *PeerDiscovery) Start(ctx context.Context, n peers.PeerNotifier) error {
 // (the result of its initial reconciliation).
 func (d *PeerDiscovery) Ready() <-chan struct{} { return d.ready }
 
+// SelfListed reports whether the source lists this replica itself as a member, and
+// a channel closed when that may have changed (Publisher.SelfListed).
+func (d *PeerDiscovery) SelfListed() (bool, <-chan struct{}) { return d.pub.SelfListed() }
+
 // Peers reads the published peer set, besides the notifier.
 func (d *PeerDiscovery) Peers() peers.Reader { return d.store }
 

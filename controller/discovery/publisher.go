@@ -40,11 +40,12 @@ type Publisher struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 
-	mu      sync.Mutex // serializes publishing; guards the fields below
-	size    int
-	gen     uint64        // increases with every change of the status or the set
-	changed chan struct{} // closed and replaced when gen moves
-	view    staleness
+	mu         sync.Mutex // serializes publishing; guards the fields below
+	selfListed *bool      // nil: the source does not say
+	size       int
+	gen        uint64        // increases with every change of the status or the set
+	changed    chan struct{} // closed and replaced when gen moves
+	view       staleness
 }
 
 // staleness is the staleness of the view (Publisher.Stale).
@@ -144,6 +145,35 @@ func (p *Publisher) published(change peers.Change, size int) {
 	}
 	p.clearStaleLocked()
 }
+
+// SetSelfListed records whether the source's latest read lists this replica itself
+// as a member, by the rule it applies to its peers (a source that can tell:
+// EndpointSlices, DNS records of ready pods). A replica's peers accept its
+// connections only while they list it, so a cross-replica syncer pushes only while
+// SelfListed is true. A source that cannot tell (a peers file may leave the replica
+// out) never calls it, and SelfListed stays true.
+func (p *Publisher) SetSelfListed(listed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.selfListed != nil && *p.selfListed == listed {
+		return
+	}
+	p.selfListed = &listed
+	p.bumpLocked()
+	p.log.V(1).Info("this replica's own listing changed", "source", p.source, "listed", listed)
+}
+
+// SelfListed reports whether the source lists this replica (SetSelfListed; true when
+// the source does not say), and a channel closed at the next change of it or of
+// anything else the Generation covers.
+func (p *Publisher) SelfListed() (bool, <-chan struct{}) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.selfListed == nil || *p.selfListed, p.changed
+}
+
+// Lists reports whether set lists this replica (by name or address).
+func (p *Publisher) Lists(set []peers.PeerMetadata) bool { return slices.ContainsFunc(set, p.self.Is) }
 
 // ObserveRecompute records how long the source took to turn one event into the
 // set or change it published (epp_peer_discovery_recompute_duration_seconds).

@@ -169,3 +169,41 @@ func TestFailAfterSyncIsStale(t *testing.T) {
 		t.Fatal("ClearStale left the view stale")
 	}
 }
+
+// TestSelfListed: a source that never says is taken to list this replica (a peers
+// file may leave it out); one that says is believed, and each change closes the
+// channel SelfListed returned, so that a syncer waiting on it wakes. Lists tells
+// from a complete set, by name or address.
+func TestSelfListed(t *testing.T) {
+	p, _ := newPublisher(t)
+	listed, ch := p.SelfListed()
+	if !listed {
+		t.Fatal("SelfListed is false for a source that never said")
+	}
+	p.SetSelfListed(false)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("SetSelfListed(false) did not close the channel")
+	}
+	listed, ch = p.SelfListed()
+	if listed {
+		t.Fatal("SelfListed after SetSelfListed(false)")
+	}
+	p.SetSelfListed(false) // no change: the channel stays open
+	select {
+	case <-ch:
+		t.Fatal("SetSelfListed of the same value closed the channel")
+	default:
+	}
+	p.SetSelfListed(true)
+	if listed, _ = p.SelfListed(); !listed {
+		t.Fatal("SelfListed after SetSelfListed(true)")
+	}
+	if !p.Lists([]peers.PeerMetadata{peer("epp-1", "10.0.0.2"), peer("x", "10.0.0.1")}) {
+		t.Error("Lists: this replica's address is not found")
+	}
+	if p.Lists([]peers.PeerMetadata{peer("epp-1", "10.0.0.2")}) {
+		t.Error("Lists: a set without this replica lists it")
+	}
+}

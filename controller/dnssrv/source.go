@@ -94,6 +94,7 @@ func (s *Source) lookup(ctx context.Context) {
 		return
 	}
 	s.pub.ObserveRecompute(time.Since(start))
+	s.pub.SetSelfListed(s.pub.Lists(set)) // the records of ready pods: its peers' too
 	s.pub.Publish(set)
 }
 

@@ -117,6 +117,21 @@ func TestPeersFromSRVRecords(t *testing.T) {
 	r.wait(t, "a target without an address", "ns/10-0-0-2@10.0.0.2:9005")
 }
 
+// TestSelfListedByTheRecords: the records list the ready pods, this replica's too
+// once it is ready: until then (and after it stops being ready) it is not listed,
+// and a syncer waits before it dials peers that would refuse it.
+func TestSelfListedByTheRecords(t *testing.T) {
+	r := start(t, self, func(s *dnsserver.Server) { endpoints(s, "10.0.0.2") })
+	r.wait(t, "not ready yet", "ns/10-0-0-2@10.0.0.2:9005")
+	if listed, _ := r.pub.SelfListed(); listed {
+		t.Fatal("listed while the records do not name this replica")
+	}
+	endpoints(r.dns, "10.0.0.1", "10.0.0.2")
+	waitUntil(t, "this replica listed", func() bool { listed, _ := r.pub.SelfListed(); return listed })
+	endpoints(r.dns, "10.0.0.2")
+	waitUntil(t, "this replica no longer listed", func() bool { listed, _ := r.pub.SelfListed(); return !listed })
+}
+
 // TestNoSuchNameIsNoPeers: a headless Service without ready endpoints does not
 // exist in DNS; that is an answer (no peers), not a failure.
 func TestNoSuchNameIsNoPeers(t *testing.T) {

@@ -173,6 +173,7 @@ func (s *Source) applyLocked(update func() peers.Change, trigger time.Time) {
 	if !s.synced {
 		return
 	}
+	s.pub.SetSelfListed(s.state.SelfListed())
 	s.pub.PublishChange(change, s.state.Len())
 	m := s.pub.Metrics()
 	m.EndpointSlices.Set(float64(len(s.names)))
@@ -188,6 +189,7 @@ func (s *Source) markSyncedLocked() {
 	}
 	s.synced = true
 	all := s.state.Peers()
+	s.pub.SetSelfListed(s.state.SelfListed())
 	s.pub.PublishChange(peers.Change{Upserts: all}, len(all))
 	s.pub.Metrics().EndpointSlices.Set(float64(len(s.names)))
 }

@@ -24,6 +24,9 @@ type State struct {
 	slices map[string][]identity // by slice name: the identities it lists
 	ids    map[identity]*idState
 	size   int // identities that are peers
+	// selves are the identities that are this replica (by name or address), and
+	// whether one of their listings is eligible: what its peers decide of it.
+	selves map[identity]bool
 }
 
 // idState is one identity: its listings in every slice, and what was published.
@@ -50,7 +53,20 @@ func NewState(cfg Config) *State {
 		membership = peers.MembershipReady
 	}
 	return &State{cfg: cfg, self: self, family: self.Family(), membership: membership,
-		slices: map[string][]identity{}, ids: map[identity]*idState{}}
+		slices: map[string][]identity{}, ids: map[identity]*idState{}, selves: map[identity]bool{}}
+}
+
+// SelfListed reports whether the slices list this replica itself as a member, by
+// the membership rule that makes the others peers: what the others' discovery, on
+// the same slices, decides of it. A replica that is not ready (membership ready),
+// terminating, or not listed at all is not.
+func (s *State) SelfListed() bool {
+	for _, eligible := range s.selves {
+		if eligible {
+			return true
+		}
+	}
+	return false
 }
 
 // Len is the number of peers.
@@ -180,6 +196,11 @@ func (s *State) settle(touched map[identity]bool) peers.Change {
 	var change peers.Change
 	for id := range touched {
 		e := s.ids[id]
+		if self, eligible := s.selfListing(id, e); self {
+			s.selves[id] = eligible
+		} else {
+			delete(s.selves, id)
+		}
 		next := s.peerOf(id, e)
 		switch {
 		case next == nil && e.peer != nil:
@@ -197,6 +218,19 @@ func (s *State) settle(touched map[identity]bool) peers.Change {
 		}
 	}
 	return normalize(change)
+}
+
+// selfListing reports whether id is this replica (by name, or an address of a
+// listing), and then whether one of its listings is eligible.
+func (s *State) selfListing(id identity, e *idState) (self, eligible bool) {
+	self = s.self.IsName(id.namespace, id.name)
+	for _, ls := range e.listings {
+		for _, l := range ls {
+			self = self || l.selfAddr
+			eligible = eligible || l.eligible
+		}
+	}
+	return self && len(e.listings) > 0, eligible
 }
 
 func (s *State) peerOf(id identity, e *idState) *peers.PeerMetadata {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 )
 
 // FuzzState drives random event sequences (adds, updates, deletes, re-lists, slices
@@ -131,5 +132,45 @@ func TestStateOneEndpointChange(t *testing.T) {
 	}
 	if diff := cmp.Diff(peers.Change{Deletes: []string{"ns/epp-3"}}, st.Delete("epp-b")); diff != "" {
 		t.Fatalf("slice deletion (-want +got):\n%s", diff)
+	}
+}
+
+// TestStateSelfListed: whether the slices list this replica itself, by the rule the
+// others' discovery applies to it (what a syncer waits for before it dials): not
+// while it is not ready (membership ready), terminating, or absent; by name or by
+// address; under membership alive, a standby is listed.
+func TestStateSelfListed(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		membership peers.Membership
+		self       slicegen.SliceOption
+		want       bool
+	}{
+		{"ready", peers.MembershipReady, pod("epp-0", "10.0.0.1"), true},
+		{"not ready", peers.MembershipReady, pod("epp-0", "10.0.0.1", slicegen.NotReady()), false},
+		{"not ready, membership alive", peers.MembershipAlive, pod("epp-0", "10.0.0.1", slicegen.NotReady()), true},
+		{"terminating", peers.MembershipReady, pod("epp-0", "10.0.0.1", slicegen.TerminatingServing()), false},
+		{"by its address", peers.MembershipReady, slicegen.Endpoint("", []string{"10.0.0.1"}), true},
+		{"another pod at another address", peers.MembershipReady, pod("epp-9", "10.0.0.9"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := config(selfV4)
+			cfg.Membership = tc.membership
+			st := peerset.NewState(cfg)
+			a := slice("epp-a", pod("epp-1", "10.0.0.2"), tc.self)
+			st.Replace([]discoveryv1.EndpointSlice{a})
+			if got := st.SelfListed(); got != tc.want {
+				t.Fatalf("SelfListed = %v, want %v", got, tc.want)
+			}
+			// The slice goes: not listed; it comes back: as before.
+			st.Delete("epp-a")
+			if st.SelfListed() {
+				t.Fatal("SelfListed after its slice was deleted")
+			}
+			st.Upsert(&a)
+			if got := st.SelfListed(); got != tc.want {
+				t.Fatalf("SelfListed after the slice came back = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
