@@ -12,7 +12,10 @@ import (
 // each peer's connection, and per key and endpoint the values that count, each with
 // its replica and age, and their aggregate where one is known (SetAggregate).
 type Document struct {
-	Self     string       `json:"self"`
+	Self string `json:"self"`
+	// Listed: this replica's discovery lists it as a member, so it pushes to its
+	// peers (they accept only what they list).
+	Listed   bool         `json:"listed"`
 	Interval string       `json:"interval"`
 	TTL      string       `json:"ttl"`
 	Peers    []PeerStatus `json:"peers"`
@@ -76,7 +79,10 @@ func (s *Syncer) aggregateOf(key string) func([]any) any {
 // when they are not empty.
 func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 	now := s.o.now()
-	doc := Document{Self: s.hello.ID(), Interval: s.o.Interval.String(), TTL: s.o.TTL.String(), Peers: []PeerStatus{}, Keys: []KeyView{}}
+	doc := Document{Self: s.hello.ID(), Listed: true, Interval: s.o.Interval.String(), TTL: s.o.TTL.String(), Peers: []PeerStatus{}, Keys: []KeyView{}}
+	if s.o.SelfListed != nil {
+		doc.Listed, _ = s.o.SelfListed()
+	}
 	s.mu.Lock()
 	peerNames := map[int]string{}
 	for _, rec := range s.peers {

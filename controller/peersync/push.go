@@ -258,6 +258,9 @@ func (o *outStream) run(ctx context.Context, s *Syncer) {
 	backoff := time.Duration(0)
 	logged := ""
 	for ctx.Err() == nil {
+		if !s.awaitSelfListed(ctx, o) {
+			return
+		}
 		if backoff > 0 {
 			select {
 			case <-ctx.Done():
@@ -314,6 +317,30 @@ func (o *outStream) hold(ctx context.Context, conn net.Conn) bool {
 		msg := "the peer closed the connection"
 		o.lastError.Store(&msg)
 		return true
+	}
+}
+
+// notListed is the outbound error while this replica's discovery does not list it.
+const notListed = "not pushing: this replica's discovery does not list it as a member yet (its peers would refuse it)"
+
+// awaitSelfListed waits until this replica's discovery lists it (Options.SelfListed),
+// reporting false when ctx ends first.
+func (s *Syncer) awaitSelfListed(ctx context.Context, o *outStream) bool {
+	if s.o.SelfListed == nil {
+		return true
+	}
+	for {
+		listed, changed := s.o.SelfListed()
+		if listed {
+			return true
+		}
+		msg := notListed
+		o.lastError.Store(&msg)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
 	}
 }
 

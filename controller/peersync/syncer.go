@@ -90,6 +90,12 @@ type Options struct {
 	// PeersReady, if set, is closed once discovery has its first peer set: until
 	// then, connections wait rather than be judged against an empty set.
 	PeersReady <-chan struct{}
+	// SelfListed, if set, reports whether this replica's own discovery lists it as
+	// a member (by the rule its peers apply to it), and a channel closed when that
+	// may have changed (discovery.PeerDiscovery.SelfListed). This replica dials its
+	// peers only while it is listed: before (not ready yet, with membership ready)
+	// and after (terminating) its peers would refuse it. Nil: always.
+	SelfListed func() (bool, <-chan struct{})
 	// TLS, if set, is mutual TLS for both directions.
 	TLS *TLSFiles
 	// SourceAddress, if set, picks the local address of the connections to a peer

@@ -246,6 +246,12 @@ func (p *Plugin) DumpState() (json.RawMessage, error) { return json.RawMessage(p
 // such as a cross-replica syncer).
 func (p *Plugin) Peers() peers.Reader { return p.discovery.Peers() }
 
+// SelfListed reports whether this discovery lists the replica itself as a member,
+// by the rule it applies to its peers (what its peers' discovery decides of it),
+// and a channel closed when that may have changed. A cross-replica syncer pushes
+// only while it is true.
+func (p *Plugin) SelfListed() (bool, <-chan struct{}) { return p.discovery.SelfListed() }
+
 // Self is the replica this discovery leaves out of its peers.
 func (p *Plugin) Self() peers.Self { return p.selfID }
 

@@ -202,7 +202,7 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 	s, err := peersync.New(peersync.Options{
 		Self: self, Peers: pd.Peers(), Listener: l, Interval: interval, TTL: ttl,
 		MaxMessageBytes: p.MaxMessageBytes, MaxValueBytes: p.MaxValueBytes, MaxEntries: p.MaxEntries, MaxKeys: p.MaxKeys,
-		TLS: tlsFiles, PeersReady: pd.Ready(), SourceAddress: sourceAddress(self), Instance: name, Log: log,
+		TLS: tlsFiles, PeersReady: pd.Ready(), SelfListed: pd.SelfListed, SourceAddress: sourceAddress(self), Instance: name, Log: log,
 	})
 	if err != nil {
 		l.Close()
