@@ -2,11 +2,14 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -75,37 +78,94 @@ func startReplicas(t *testing.T, ns string, n int, membership string, extraArgs 
 // POD_IP, with a peer-sync port on it.
 func startEPPs(t *testing.T, ns string, n int, config func(r *replica) string, extraArgs ...string) []*replica {
 	t.Helper()
-	bin := eppBinary(t)
+	return eppLaunch{bin: eppBinary(t), args: extraArgs}.start(t, ns, n, config)
+}
+
+// eppLaunch is how replicas start: the EPP build, what it gets besides what every
+// replica gets, and a hook for tests of the start itself.
+type eppLaunch struct {
+	bin  string
+	args []string // extra flags
+	env  []string // extra environment
+	// beforeStart, if set, runs before each start of a replica (attempt 0 first),
+	// once its ports are picked.
+	beforeStart func(r *replica, attempt int)
+}
+
+// startAttempts bounds how often a replica is started again on other ports.
+const startAttempts = 5
+
+// start starts n replicas as startEPPs says, each on ports that were free a moment
+// before: a replica whose port another process took meanwhile (it exits with
+// "address already in use") is started again on other ports, up to startAttempts
+// times. It returns once every replica listens on all of its ports.
+func (l eppLaunch) start(t *testing.T, ns string, n int, config func(r *replica) string) []*replica {
+	t.Helper()
+	kubeconfig := kubeconfigFile(t)
+	out := make([]*replica, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		out[i] = &replica{pod: fmt.Sprintf("epp-7d9f8c6b5-r%d", i), ip: netns.Addr(10 + i)}
+		wg.Go(func() { errs[i] = l.startOne(t, out[i], kubeconfig, ns, config) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("replica %d: %v", i, err)
+		}
+	}
+	return out
+}
+
+// kubeconfigFile is a kubeconfig of the suite's API server, in a file.
+func kubeconfigFile(t *testing.T) string {
+	t.Helper()
 	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
 	if err := testenv.WriteKubeconfig(env.Config, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	var out []*replica
-	for i := range n {
-		r := &replica{
-			pod:        fmt.Sprintf("epp-7d9f8c6b5-r%d", i),
-			ip:         netns.Addr(10 + i),
-			debug:      testenv.FreeAddr(),
-			metrics:    testenv.FreeAddr(),
-			grpc:       testenv.FreeAddr(),
-			grpcHealth: testenv.FreeAddr(),
-		}
+	return kubeconfig
+}
+
+// startOne starts replica r; an error says why it did not come up.
+func (l eppLaunch) startOne(t *testing.T, r *replica, kubeconfig, ns string, config func(r *replica) string) error {
+	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+	for attempt := 0; ; attempt++ {
+		r.debug, r.metrics, r.grpc, r.grpcHealth = testenv.FreeAddr(), testenv.FreeAddr(), testenv.FreeAddr(), testenv.FreeAddr()
 		r.syncPort = int32(testenv.FreePort(r.ip))
-		port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
+		cfg := config(r)
 		args := append([]string{
 			"--endpoint-selector=app=vllm", "--endpoint-target-ports=8000", "--pool-namespace=" + ns,
 			"--grpc-port=" + port(r.grpc), "--grpc-health-port=" + port(r.grpcHealth), "--metrics-port=" + port(r.metrics),
-			"--metrics-endpoint-auth=false", "--secure-serving=false", "--drain-timeout=1s", "--config-text=" + config(r),
-		}, extraArgs...)
+			"--metrics-endpoint-auth=false", "--secure-serving=false", "--drain-timeout=1s", "--config-text=" + cfg,
+		}, l.args...)
+		// What it listens on: upstream's ports, and those of the plugins its
+		// configuration names.
+		listens := []string{r.grpc, r.grpcHealth, r.metrics}
+		for _, a := range []string{r.debug, net.JoinHostPort(r.ip, fmt.Sprint(r.syncPort))} {
+			if strings.Contains(cfg, a) {
+				listens = append(listens, a)
+			}
+		}
+		if l.beforeStart != nil {
+			l.beforeStart(r, attempt)
+		}
 		var process *os.Process
-		r.out, r.stop, process = proc.StartProcess(t, bin, args, []string{
+		var err error
+		r.out, r.stop, process, err = proc.StartListening(t, l.bin, args, append([]string{
 			"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "KUBECONFIG=" + kubeconfig,
 			"POD_NAME=" + r.pod, "POD_IP=" + r.ip, "NAMESPACE=" + ns,
-		})
-		r.pid = process.Pid
-		out = append(out, r)
+		}, l.env...), listens, 90*time.Second)
+		if err == nil {
+			r.pid = process.Pid
+			return nil
+		}
+		if !errors.Is(err, proc.ErrAddrInUse) || attempt+1 == startAttempts {
+			return fmt.Errorf("start %d of %d: %w", attempt+1, startAttempts, err)
+		}
+		t.Logf("replica %s: a port was taken before it bound it; starting it again on other ports", r.pod)
 	}
-	return out
 }
 
 // view is the replica's peer set as its plugin serves it: "name@address ready" ...
@@ -343,4 +403,34 @@ func get(t *testing.T, addr, path string) (int, string) {
 		t.Fatalf("refusing to send a request to %s: tests talk to 127.0.0.1 only", addr)
 	}
 	return getNoFail(addr, path)
+}
+
+// TestRealEPPStartsAgainWhenAPortIsTaken: a port that was free when a replica's
+// ports were picked and is taken by another process before the EPP binds it (what
+// failed TestRealEPPLeaderElectionStandbys once on a busy machine) costs the
+// replica a second start on other ports, not the test.
+func TestRealEPPStartsAgainWhenAPortIsTaken(t *testing.T) {
+	ns, err := env.CreateNamespace(context.Background(), "llmdport", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var taken net.Listener
+	launch := eppLaunch{bin: eppBinary(t), beforeStart: func(r *replica, attempt int) {
+		if attempt == 0 {
+			if taken, err = net.Listen("tcp", r.metrics); err != nil {
+				t.Errorf("taking %s: %v", r.metrics, err)
+			}
+		}
+	}}
+	r := launch.start(t, ns, 1, func(r *replica) string { return eppConfig("ready", r.debug) })[0]
+	if taken == nil {
+		t.FailNow()
+	}
+	defer taken.Close()
+	if r.metrics == taken.Addr().String() {
+		t.Fatalf("the replica's metrics address is %s, the port taken before its start", r.metrics)
+	}
+	if code, _ := get(t, r.metrics, "/metrics"); code != http.StatusOK {
+		t.Fatalf("GET /metrics on the replica's metrics port %s: %d", r.metrics, code)
+	}
 }
