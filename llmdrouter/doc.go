@@ -4,10 +4,15 @@
 // package wiring) the start of the configured peer discovery that the EPP's runner
 // lacks. cmd/epp is an EPP build with both: upstream's runner, unchanged, plus these.
 //
-// A custom EPP main adds them with two lines:
+// A custom EPP main adds them with two lines (cmd/epp's main is this):
 //
 //	llmdrouter.Register()
-//	os.Exit(wiring.Run(ctx, runner.NewRunner(), os.Args[1:]))
+//	os.Exit(wiring.Run(ctrl.SetupSignalHandler(), runner.NewRunner(), os.Args[1:]))
+//
+// A peer discovery of a third party's is registered the plain upstream way, before
+// wiring.Run (fwkplugin.Register(type, stability, factory)): the wiring starts
+// whichever plugin dataLayer.peerDiscovery.pluginRef names, as long as it implements
+// datalayer.PeerDiscovery.
 package llmdrouter
 
 import (

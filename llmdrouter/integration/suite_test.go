@@ -24,6 +24,9 @@ import (
 var env *testenv.Env
 
 func TestMain(m *testing.M) {
+	if os.Getenv(asThirdPartyEPP) == "1" {
+		os.Exit(thirdPartyEPPMain()) // a replica of TestRealEPPStartsAThirdPartyPeerDiscovery
+	}
 	// A network namespace of its own: replicas that sync state dial each other on
 	// addresses an EndpointSlice accepts, and nothing leaves the machine.
 	netns.Isolate("llm-d-router EPP integration tests")

@@ -26,7 +26,6 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/params"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/wiring"
 )
 
 // Plugin types.
@@ -43,11 +42,11 @@ var (
 )
 
 // Register registers the plugin types in the EPP's plugin registry, with stability
-// Beta, and has package wiring track them (so that it can start the one
-// dataLayer.peerDiscovery.pluginRef names).
+// Beta, the plain upstream way (package wiring starts the one
+// dataLayer.peerDiscovery.pluginRef names, as it would a third party's).
 func Register() {
-	fwkplugin.Register(EndpointSliceType, fwkplugin.StabilityBeta, wiring.Tracked(EndpointSliceType, EndpointSliceFactory))
-	fwkplugin.Register(DNSType, fwkplugin.StabilityBeta, wiring.Tracked(DNSType, DNSFactory))
+	fwkplugin.Register(EndpointSliceType, fwkplugin.StabilityBeta, EndpointSliceFactory)
+	fwkplugin.Register(DNSType, fwkplugin.StabilityBeta, DNSFactory)
 }
 
 // Plugin is peer discovery as an EPP plugin: a discovery.PeerDiscovery (one source

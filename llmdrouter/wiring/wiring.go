@@ -4,10 +4,21 @@
 // names, with upstream's statesync.MemoryPeerStore behind datalayer.NewPeerNotifier,
 // for as long as the EPP runs.
 //
-// Run finds the plugin instance the runner's configuration loader creates by
-// recording the instances of the peer-discovery plugin types (their factories are
-// registered wrapped by Tracked); so a pluginRef that names a plugin of another
-// type, or no plugin at all, is refused before the EPP starts, with the reason.
+// Any plugin whose instances implement datalayer.PeerDiscovery works, this
+// module's and a third party's alike, registered the plain upstream way before Run:
+//
+//	fwkplugin.Register("my-peer-discovery", fwkplugin.StabilityAlpha, myFactory)
+//	llmdrouter.Register()
+//	os.Exit(wiring.Run(ctx, runner.NewRunner(), os.Args[1:]))
+//
+// To find the instance the runner's configuration loader builds, Run wraps the
+// registered factory of the named plugin's type (in fwkplugin.Registry) before the
+// runner starts, and records what it builds under that name. So a pluginRef that
+// names no plugin, or a plugin whose type is not registered before the runner runs
+// (upstream's own types, which the runner registers and none of which discovers
+// peers), is refused before the EPP starts; a plugin of a registered type that
+// turns out not to implement datalayer.PeerDiscovery fails the configuration's
+// loading, naming the plugin and its type.
 package wiring
 
 import (
@@ -16,8 +27,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
-	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -36,55 +45,42 @@ type Runner interface {
 	Run(ctx context.Context) error
 }
 
-var (
-	mu        sync.Mutex
-	tracked   = map[string]bool{}  // plugin types that are peer discovery
-	instances = map[string]*slot{} // by plugin name
-	store     = statesync.NewMemoryPeerStore()
-)
+// registryMu serializes Run's changes to fwkplugin.Registry (tests run Run more
+// than once in a process).
+var registryMu sync.Mutex
 
-// slot holds the instance of one plugin name, once its factory built it.
-type slot struct {
-	built chan struct{}
-	pd    fwkdl.PeerDiscovery
+var store = statesync.NewMemoryPeerStore()
+
+// built receives the PeerDiscovery instance the runner builds under one name.
+type built struct {
+	once sync.Once
+	ch   chan fwkdl.PeerDiscovery // capacity 1: the first instance built
 }
 
-func slotOf(name string) *slot {
-	s, ok := instances[name]
-	if !ok {
-		s = &slot{built: make(chan struct{})}
-		instances[name] = s
-	}
-	return s
-}
-
-// Tracked returns factory wrapped so that Run can find the instance the
-// configuration names: register that (fwkplugin.Register(typ, stability,
-// wiring.Tracked(typ, factory))) for every peer-discovery plugin type.
-// peerdiscovery.Register does it for this module's types.
-func Tracked(typ string, factory fwkplugin.FactoryFunc) fwkplugin.FactoryFunc {
-	mu.Lock()
-	tracked[typ] = true
-	mu.Unlock()
-	return func(name string, params *json.Decoder, h fwkplugin.Handle) (fwkplugin.Plugin, error) {
-		p, err := factory(name, params, h)
-		if err != nil {
-			return nil, err
+// track replaces the registered factory of typ with one that also hands the
+// instance it builds under name to the returned built (and refuses one that is not
+// a PeerDiscovery); restore puts the registered factory back.
+func track(name, typ string) (b *built, restore func()) {
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	factory := fwkplugin.Registry[typ]
+	b = &built{ch: make(chan fwkdl.PeerDiscovery, 1)}
+	fwkplugin.Registry[typ] = func(n string, params *json.Decoder, h fwkplugin.Handle) (fwkplugin.Plugin, error) {
+		p, err := factory(n, params, h)
+		if err != nil || n != name {
+			return p, err
 		}
 		pd, ok := p.(fwkdl.PeerDiscovery)
 		if !ok {
-			return nil, fmt.Errorf("plugin %s of type %s is not a datalayer.PeerDiscovery", name, typ)
+			return nil, fmt.Errorf("peer discovery: plugin %q (type %q) does not implement datalayer.PeerDiscovery, and dataLayer.peerDiscovery.pluginRef names it", n, typ)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		sl := slotOf(name)
-		sl.pd = pd // a configuration loaded again (tests) builds it again: the newest counts
-		select {
-		case <-sl.built:
-		default:
-			close(sl.built)
-		}
+		b.once.Do(func() { b.ch <- pd })
 		return p, nil
+	}
+	return b, func() {
+		registryMu.Lock()
+		defer registryMu.Unlock()
+		fwkplugin.Registry[typ] = factory
 	}
 }
 
@@ -96,12 +92,14 @@ func PeerStore() *statesync.MemoryPeerStore { return store }
 // dataLayer.peerDiscovery.pluginRef names in the configuration given by args
 // (--config-file or --config-text, as the runner reads them), started with
 // PeerStore behind datalayer.NewPeerNotifier once the runner has built it, and
-// stopped with the EPP. It returns the process's exit code: 1 when the runner
-// fails, when pluginRef names no peer-discovery plugin (said on stderr before the
-// EPP starts), or when the plugin fails (the EPP is stopped then: an EPP must not
-// run on without the peers it was configured to know).
+// stopped with the EPP. Register the plugin's type (fwkplugin.Register) before
+// Run. It returns the process's exit code: 1 when the runner fails (also when the
+// plugin it builds is no PeerDiscovery), when pluginRef names no plugin or one of a
+// type that is not registered (said on stderr before the EPP starts), or when the
+// plugin fails (the EPP is stopped then: an EPP must not run on without the peers it
+// was configured to know).
 func Run(ctx context.Context, r Runner, args []string) int {
-	ref, err := PluginRef(args)
+	ref, typ, err := pluginRef(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "epp: %v\n", err)
 		return 1
@@ -112,6 +110,8 @@ func Run(ctx context.Context, r Runner, args []string) int {
 		}
 		return 0
 	}
+	b, restore := track(ref, typ)
+	defer restore()
 	log := ctrl.Log.WithName("peer-discovery")
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -119,7 +119,7 @@ func Run(ctx context.Context, r Runner, args []string) int {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		failed = start(ctx, ref, log)
+		failed = start(ctx, ref, b, log)
 		if failed != nil {
 			log.Error(failed, "peer discovery failed: stopping the EPP", "plugin", ref)
 			cancel()
@@ -136,19 +136,14 @@ func Run(ctx context.Context, r Runner, args []string) int {
 
 // start waits for the runner to build the plugin named ref, then runs it until ctx
 // ends.
-func start(ctx context.Context, ref string, log logr.Logger) error {
-	mu.Lock()
-	sl := slotOf(ref)
-	mu.Unlock()
+func start(ctx context.Context, ref string, b *built, log logr.Logger) error {
+	var pd fwkdl.PeerDiscovery
 	select {
 	case <-ctx.Done():
 		return nil
-	case <-sl.built:
+	case pd = <-b.ch:
 	}
-	mu.Lock()
-	pd := sl.pd
-	mu.Unlock()
-	log.Info("starting peer discovery", "plugin", ref)
+	log.Info("starting peer discovery", "plugin", ref, "type", pd.TypedName().Type)
 	go func() {
 		select {
 		case <-pd.Ready():
@@ -164,10 +159,18 @@ func start(ctx context.Context, ref string, log logr.Logger) error {
 
 // PluginRef reads dataLayer.peerDiscovery.pluginRef from the configuration that
 // args give the runner (--config-file or --config-text; other flags are the
-// runner's), and checks that it names a plugin of a tracked peer-discovery type.
-// "" means the configuration turns no peer discovery on. A configuration the runner
-// cannot read either is left to the runner to report.
+// runner's), and checks that it names a plugin of the configuration whose type is
+// registered in fwkplugin.Registry (upstream's own types are registered by the
+// runner, later, and none is a peer discovery). "" means the configuration turns no
+// peer discovery on. A configuration the runner cannot read either is left to the
+// runner to report.
 func PluginRef(args []string) (string, error) {
+	ref, _, err := pluginRef(args)
+	return ref, err
+}
+
+// pluginRef is PluginRef that also returns the plugin's type.
+func pluginRef(args []string) (ref, typ string, err error) {
 	fs := pflag.NewFlagSet("epp", pflag.ContinueOnError)
 	fs.ParseErrorsAllowlist.UnknownFlags = true
 	fs.SetOutput(io.Discard)
@@ -175,30 +178,22 @@ func PluginRef(args []string) (string, error) {
 	file := fs.String("config-file", "", "")
 	text := fs.String("config-text", "", "")
 	if err := fs.Parse(args); err != nil {
-		return "", nil // the runner reports bad flags (and -h)
+		return "", "", nil // the runner reports bad flags (and -h)
 	}
 	data := []byte(*text)
 	if len(data) == 0 && *file != "" {
-		var err error
 		if data, err = os.ReadFile(*file); err != nil {
-			return "", nil // the runner reports it
+			return "", "", nil // the runner reports it
 		}
 	}
 	var cfg configapi.EndpointPickerConfig
 	if len(data) == 0 || yaml.Unmarshal(data, &cfg) != nil {
-		return "", nil
+		return "", "", nil
 	}
 	if cfg.DataLayer == nil || cfg.DataLayer.PeerDiscovery == nil || cfg.DataLayer.PeerDiscovery.PluginRef == "" {
-		return "", nil
+		return "", "", nil
 	}
-	ref := cfg.DataLayer.PeerDiscovery.PluginRef
-	mu.Lock()
-	defer mu.Unlock()
-	var known []string
-	for typ := range tracked {
-		known = append(known, typ)
-	}
-	sort.Strings(known)
+	ref = cfg.DataLayer.PeerDiscovery.PluginRef
 	for _, p := range cfg.Plugins {
 		name := p.Name
 		if name == "" {
@@ -207,12 +202,15 @@ func PluginRef(args []string) (string, error) {
 		if name != ref {
 			continue
 		}
-		if !tracked[p.Type] {
-			return "", fmt.Errorf("dataLayer.peerDiscovery.pluginRef=%q names plugin %q of type %q, which is not a peer discovery plugin (this EPP's: %s)",
-				ref, name, p.Type, strings.Join(known, ", "))
+		registryMu.Lock()
+		_, registered := fwkplugin.Registry[p.Type]
+		registryMu.Unlock()
+		if !registered {
+			return "", "", fmt.Errorf("dataLayer.peerDiscovery.pluginRef=%q names plugin %q of type %q, which is not a peer discovery plugin: no such type is registered before the runner starts (register a peer discovery type with fwkplugin.Register before wiring.Run)",
+				ref, name, p.Type)
 		}
-		return ref, nil
+		return ref, p.Type, nil
 	}
-	return "", fmt.Errorf("dataLayer.peerDiscovery.pluginRef=%q names no plugin: add {name: %s, type: <one of %s>} to plugins",
-		ref, ref, strings.Join(known, ", "))
+	return "", "", fmt.Errorf("dataLayer.peerDiscovery.pluginRef=%q names no plugin: add {name: %s, type: <a peer discovery type, such as endpointslice-peer-discovery>} to plugins",
+		ref, ref)
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 
 	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
@@ -24,6 +27,7 @@ func config(plugins, dataLayer string) string {
 
 func TestPluginRef(t *testing.T) {
 	peerdiscovery.Register()
+	registerStatic()
 	const peersPlugin = "  - name: peers\n    type: endpointslice-peer-discovery\n    parameters: {service: epp}\n  - type: queue-scorer\n"
 	file := filepath.Join(t.TempDir(), "config.yaml")
 	if err := os.WriteFile(file, []byte(config(peersPlugin, "dataLayer:\n  peerDiscovery:\n    pluginRef: peers\n")), 0o644); err != nil {
@@ -41,8 +45,9 @@ func TestPluginRef(t *testing.T) {
 		{"name defaults to the type", []string{"--config-text=" + config("  - type: dns-peer-discovery\n", "dataLayer:\n  peerDiscovery:\n    pluginRef: dns-peer-discovery\n")}, "dns-peer-discovery"},
 		{"names no plugin", []string{"--config-text=" + config(peersPlugin, "dataLayer:\n  peerDiscovery:\n    pluginRef: gossip\n")},
 			`error: dataLayer.peerDiscovery.pluginRef="gossip" names no plugin`},
-		{"names a plugin of another type", []string{"--config-text=" + config(peersPlugin, "dataLayer:\n  peerDiscovery:\n    pluginRef: queue-scorer\n")},
-			`error: plugin "queue-scorer" of type "queue-scorer", which is not a peer discovery plugin (this EPP's: dns-peer-discovery, endpointslice-peer-discovery)`},
+		{"names a plugin of upstream's own types", []string{"--config-text=" + config(peersPlugin, "dataLayer:\n  peerDiscovery:\n    pluginRef: queue-scorer\n")},
+			`error: dataLayer.peerDiscovery.pluginRef="queue-scorer" names plugin "queue-scorer" of type "queue-scorer", which is not a peer discovery plugin: no such type is registered before the runner starts`},
+		{"a third party's type", []string{"--config-text=" + config("  - name: static\n    type: static-peer-discovery\n", "dataLayer:\n  peerDiscovery:\n    pluginRef: static\n")}, "static"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,6 +72,7 @@ type loader struct {
 	params  map[string]string
 	ran     chan struct{}
 	fail    error
+	err     error // what building the plugins returned
 }
 
 func (l *loader) Run(ctx context.Context) error {
@@ -76,6 +82,7 @@ func (l *loader) Run(ctx context.Context) error {
 	}
 	for name, typ := range l.plugins {
 		if _, err := fwkplugin.Registry[typ](name, json.NewDecoder(strings.NewReader(l.params[name])), nil); err != nil {
+			l.err = err
 			return err
 		}
 	}
@@ -139,10 +146,10 @@ func (failingPlugin) Ready() <-chan struct{} { return make(chan struct{}) }
 // TestRunStopsTheEPPWhenPeerDiscoveryFails: a plugin that cannot go on stops the
 // EPP (exit code 1) instead of leaving it running without peers.
 func TestRunStopsTheEPPWhenPeerDiscoveryFails(t *testing.T) {
-	fwkplugin.Register("failing-peer-discovery", fwkplugin.StabilityAlpha, wiring.Tracked("failing-peer-discovery",
+	fwkplugin.Register("failing-peer-discovery", fwkplugin.StabilityAlpha,
 		func(name string, _ *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) {
 			return failingPlugin{name: name}, nil
-		}))
+		})
 	l := &loader{plugins: map[string]string{"doomed": "failing-peer-discovery"}, ran: make(chan struct{})}
 	args := []string{"--config-text=" + config("  - name: doomed\n    type: failing-peer-discovery\n", "dataLayer:\n  peerDiscovery:\n    pluginRef: doomed\n")}
 	code := make(chan int, 1)
@@ -154,6 +161,11 @@ func TestRunStopsTheEPPWhenPeerDiscoveryFails(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the EPP kept running after its peer discovery failed")
+	}
+	select {
+	case <-l.ran:
+	default:
+		t.Fatal("the runner never ran: Run refused the plugin instead of starting it")
 	}
 }
 
@@ -169,5 +181,106 @@ func TestRunRefusesABadPluginRef(t *testing.T) {
 	case <-l.ran:
 		t.Fatal("the runner ran although pluginRef names no peer discovery plugin")
 	default:
+	}
+}
+
+// notDiscovery is a plugin that is not a PeerDiscovery.
+type notDiscovery struct{ typedName fwkplugin.TypedName }
+
+func (p notDiscovery) TypedName() fwkplugin.TypedName { return p.typedName }
+
+// staticPlugin is a third party's PeerDiscovery: the peers of its parameters.
+type staticPlugin struct {
+	name  string
+	peers []string // addresses; peer i is ns/peer-<i>
+	ready chan struct{}
+}
+
+func (p *staticPlugin) TypedName() fwkplugin.TypedName {
+	return fwkplugin.TypedName{Type: "static-peer-discovery", Name: p.name}
+}
+
+func (p *staticPlugin) Start(ctx context.Context, n fwkdl.PeerNotifier) error {
+	for i, addr := range p.peers {
+		n.Upsert(&fwkdl.PeerMetadata{ID: types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("peer-%d", i)}, Address: addr, Port: "9005"})
+	}
+	close(p.ready)
+	<-ctx.Done()
+	return nil
+}
+
+func (p *staticPlugin) Ready() <-chan struct{} { return p.ready }
+
+// registerStatic registers static-peer-discovery the plain upstream way, as a third
+// party's EPP main would: no wrapper of this module's.
+func registerStatic() {
+	fwkplugin.Register("static-peer-discovery", fwkplugin.StabilityAlpha, func(name string, params *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) {
+		var p struct {
+			Peers []string `json:"peers"`
+		}
+		if params != nil {
+			if err := params.Decode(&p); err != nil {
+				return nil, err
+			}
+		}
+		return &staticPlugin{name: name, peers: p.Peers, ready: make(chan struct{})}, nil
+	})
+}
+
+// TestRunStartsAThirdPartyDiscovery: a PeerDiscovery registered with plain
+// fwkplugin.Register is started like this module's, feeding wiring.PeerStore.
+func TestRunStartsAThirdPartyDiscovery(t *testing.T) {
+	registerStatic()
+	l := &loader{plugins: map[string]string{"static": "static-peer-discovery"}, params: map[string]string{"static": `{"peers": ["10.0.0.7", "10.0.0.8"]}`}, ran: make(chan struct{})}
+	args := []string{"--config-text=" + config("  - name: static\n    type: static-peer-discovery\n", "dataLayer:\n  peerDiscovery:\n    pluginRef: static\n")}
+	ctx, cancel := context.WithCancel(context.Background())
+	code := make(chan int, 1)
+	go func() { code <- wiring.Run(ctx, l, args) }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		got := map[string]string{}
+		for _, p := range wiring.PeerStore().Peers() {
+			got[p.ID.String()] = p.Address
+		}
+		if got["ns/peer-0"] == "10.0.0.7" && got["ns/peer-1"] == "10.0.0.8" {
+			break
+		}
+		select {
+		case c := <-code:
+			t.Fatalf("Run returned %d: the third party's peer discovery was refused", c)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the wiring's peer store holds %+v, want the static plugin's ns/peer-0 and ns/peer-1", wiring.PeerStore().Peers())
+		}
+	}
+	cancel()
+	if c := <-code; c != 0 {
+		t.Fatalf("Run returned %d after a clean stop", c)
+	}
+	for _, name := range []string{"peer-0", "peer-1"} {
+		wiring.PeerStore().PeerDelete(types.NamespacedName{Namespace: "ns", Name: name}) // the store outlives Run
+	}
+}
+
+// TestRunRefusesAPluginThatIsNoPeerDiscovery: a registered type whose instance is
+// not a PeerDiscovery fails the configuration's loading (the runner then stops),
+// with a message that names the plugin and its type.
+func TestRunRefusesAPluginThatIsNoPeerDiscovery(t *testing.T) {
+	fwkplugin.Register("a-scorer", fwkplugin.StabilityAlpha, func(name string, _ *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) {
+		return notDiscovery{fwkplugin.TypedName{Type: "a-scorer", Name: name}}, nil
+	})
+	l := &loader{plugins: map[string]string{"scores": "a-scorer"}, ran: make(chan struct{})}
+	args := []string{"--config-text=" + config("  - name: scores\n    type: a-scorer\n", "dataLayer:\n  peerDiscovery:\n    pluginRef: scores\n")}
+	if c := wiring.Run(context.Background(), l, args); c != 1 {
+		t.Fatalf("Run = %d, want 1", c)
+	}
+	const want = `peer discovery: plugin "scores" (type "a-scorer") does not implement datalayer.PeerDiscovery`
+	if l.err == nil || !strings.Contains(l.err.Error(), want) {
+		t.Fatalf("the runner's configuration loading failed with %v, want %q", l.err, want)
+	}
+	// The registry is as it was: Run wrapped the factory only while it ran.
+	p, err := fwkplugin.Registry["a-scorer"]("scores", nil, nil)
+	if err != nil || p.TypedName().Name != "scores" {
+		t.Fatalf("a-scorer's registered factory after Run: %v, %v", p, err)
 	}
 }
