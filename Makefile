@@ -93,6 +93,10 @@ image-llmd: build-llmd ## Build the image of bin/epp-llmd FROM scratch (/app/epp
 llmdrouter-tidy: ## go mod tidy llmdrouter/ against the upstream tree, keeping go.sum right for users (with upstream's proxy lines).
 	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && hack/llmdrouter.sh tidy "$$tree"
 
+.PHONY: verify-llmdrouter-tidy
+verify-llmdrouter-tidy: ## Fail when llmdrouter/go.mod or go.sum is not what make llmdrouter-tidy writes.
+	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && hack/llmdrouter.sh verify-tidy "$$tree"
+
 .PHONY: test-llmdrouter
 test-llmdrouter: k8s build-llmd ## llmdrouter/: the plugins, the wiring, the real EPP binary as three replicas on envtest, a fresh module that imports it.
 	cd llmdrouter && EPP_LLMD_BIN=$(LLMD_EPP) $(LLMD_GO) test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
@@ -273,7 +277,7 @@ set-version: ## Set the release version everywhere it appears (VERSION=x.y.z): t
 	$(MAKE) docs
 
 .PHONY: lint
-lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check and the generated docs (terraform fmt is checked by test-terraform).
+lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs verify-llmdrouter-tidy ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check, the generated docs and llmdrouter/'s tidy go.mod (terraform fmt is checked by test-terraform).
 	@for m in $(GO_MODULES); do echo "golangci-lint: $$m"; vars="GOWORK=off"; [ $$m = llmdrouter ] && vars="GOWORK=$(LLMD_WORK) CGO_ENABLED=0"; \
 	  (cd $$m && env $$vars $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...) || exit 1; done
 

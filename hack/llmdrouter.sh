@@ -10,6 +10,7 @@
 #   hack/llmdrouter.sh work <file> <tree>    write the go.work <file> that builds llmdrouter/ with <tree>
 #   hack/llmdrouter.sh tidy <tree>           go mod tidy llmdrouter/ against <tree>, keeping go.mod free
 #                                            of machine paths and go.sum complete for real users
+#   hack/llmdrouter.sh verify-tidy <tree>    fail when llmdrouter/go.mod or go.sum is not what tidy writes
 #   hack/llmdrouter.sh patch-test <dir>      apply llmdrouter/patches/*.patch to a copy of the pinned tree
 #                                            in <dir> and run upstream's cmd/epp/runner tests with it
 set -euo pipefail
@@ -80,17 +81,36 @@ work() {
   mv "$file.tmp" "$file"
 }
 
-tidy() {
-  local tree=$1 scratch
+# tidy_into writes the tidy go.mod and go.sum of llmdrouter/ (against <tree>) into <out>.
+tidy_into() {
+  local tree=$1 out=$2 scratch
   scratch=$(mktemp -d)
-  trap 'rm -rf "$scratch"' RETURN
+  trap 'rm -rf "$scratch"; trap - RETURN' RETURN
   cp -r "$ROOT/llmdrouter" "$scratch/llmdrouter"
   (cd "$scratch/llmdrouter" && go mod edit -replace "github.com/epp-peer-discovery/epp-peer-discovery=$ROOT" -replace "$MOD@$VERSION=$tree" \
      && GOWORK=off go mod tidy \
      && go mod edit -dropreplace "$MOD@$VERSION" -replace "github.com/epp-peer-discovery/epp-peer-discovery=../")
-  cp "$scratch/llmdrouter/go.mod" "$ROOT/llmdrouter/go.mod"
+  cp "$scratch/llmdrouter/go.mod" "$out/go.mod"
   # The replaced module has no sums in the scratch go.sum; users need the proxy's.
-  { grep -v "^$MOD " "$scratch/llmdrouter/go.sum"; echo "$SUM_ZIP"; echo "$SUM_MOD"; } | LC_ALL=C sort -u > "$ROOT/llmdrouter/go.sum"
+  { grep -v "^$MOD " "$scratch/llmdrouter/go.sum"; echo "$SUM_ZIP"; echo "$SUM_MOD"; } | LC_ALL=C sort -u > "$out/go.sum"
+}
+
+tidy() { tidy_into "$1" "$ROOT/llmdrouter"; }
+
+# verify_tidy fails, showing the difference, when llmdrouter/go.mod or go.sum is not
+# what tidy writes.
+verify_tidy() {
+  local tree=$1 want f stale=0
+  want=$(mktemp -d)
+  trap 'rm -rf "$want"; trap - RETURN' RETURN
+  tidy_into "$tree" "$want"
+  for f in go.mod go.sum; do
+    if ! diff -u "$ROOT/llmdrouter/$f" "$want/$f" >&2; then
+      echo "llmdrouter/$f is not tidy (the diff above is what go mod tidy changes): run make llmdrouter-tidy and commit it" >&2
+      stale=1
+    fi
+  done
+  return $stale
 }
 
 # patch_test applies our patches for upstream to a fresh copy of the tree and runs
@@ -128,6 +148,7 @@ case "${1:-}" in
   upstream) upstream "$2" ;;
   work) work "$2" "$3" ;;
   tidy) tidy "$2" ;;
+  verify-tidy) verify_tidy "$2" ;;
   patch-test) patch_test "$2" ;;
-  *) echo "usage: $0 upstream <dir> | work <file> <tree> | tidy <tree> | patch-test <dir>" >&2; exit 2 ;;
+  *) echo "usage: $0 upstream <dir> | work <file> <tree> | tidy <tree> | verify-tidy <tree> | patch-test <dir>" >&2; exit 2 ;;
 esac
