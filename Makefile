@@ -271,10 +271,13 @@ verify-docs: $(BIN)/helm-docs $(BIN)/terraform-docs ## Fail when the generated c
 .PHONY: set-version
 set-version: ## Set the release version everywhere it appears (VERSION=x.y.z): the chart's version and appVersion, kustomize's images and version label, the root module version llmdrouter/ requires.
 	@[ -n "$(VERSION)" ] || { echo "usage: make set-version VERSION=x.y.z"; exit 2; }
-	cd llmdrouter && GOWORK=off go mod edit -require=github.com/epp-peer-discovery/epp-peer-discovery@v$(VERSION)
-	sed -i -E 's/^(version: ).*/\1$(VERSION)/; s/^(appVersion: ).*/\1"$(VERSION)"/' charts/epp/Chart.yaml
-	sed -i -E 's/(newTag: )"[^"]*"/\1"$(VERSION)"/; s/(app.kubernetes.io\/version: )"[^"]*"/\1"$(VERSION)"/' kustomize/base/kustomization.yaml kustomize/components/peer-discovery-sidecar/kustomization.yaml kustomize/overlays/sidecar/kustomization.yaml
+	hack/release.sh set $(VERSION)
 	$(MAKE) docs
+
+.PHONY: release
+release: ## Tag a release (VERSION=x.y.z, after set-version is committed): vX.Y.Z (root module) and llmdrouter/vX.Y.Z on HEAD; local tags, never pushed. Refuses a tree with changes or a version set-version has not written.
+	@[ -n "$(VERSION)" ] || { echo "usage: make release VERSION=x.y.z"; exit 2; }
+	hack/release.sh tag $(VERSION)
 
 .PHONY: lint
 lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs verify-llmdrouter-tidy ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check, the generated docs and llmdrouter/'s tidy go.mod (terraform fmt is checked by test-terraform).

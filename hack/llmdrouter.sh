@@ -7,6 +7,8 @@
 #
 #   hack/llmdrouter.sh upstream <dir>        the upstream tree: the module cache's when the
 #                                            proxy serves it, else extracted into <dir>; prints its path
+#   hack/llmdrouter.sh tarball               the pinned tarball's path, its sha256 checked (the test
+#                                            that serves upstream from a module proxy of its own zips it)
 #   hack/llmdrouter.sh work <file> <tree>    write the go.work <file> that builds llmdrouter/ with <tree>
 #   hack/llmdrouter.sh tidy <tree>           go mod tidy llmdrouter/ against <tree>, keeping go.mod free
 #                                            of machine paths and go.sum complete for real users
@@ -31,6 +33,22 @@ find_tarball() {
   return 1
 }
 
+# pinned_tarball prints the pinned tarball's path once its sha256 is checked, or
+# fails saying why (prefixed with $1 when there is none).
+pinned_tarball() {
+  local tarball sum
+  if ! tarball=$(find_tarball); then
+    echo "llmdrouter: $1 (set UPSTREAM_TARBALL=<path of llm-d-router-ebab687.tar.gz>)" >&2
+    exit 1
+  fi
+  sum=$(sha256sum "$tarball" | awk '{print $1}')
+  if [ "$sum" != "$TARBALL_SHA256" ]; then
+    echo "llmdrouter: $tarball has sha256 $sum, want $TARBALL_SHA256 (the pinned commit)" >&2
+    exit 1
+  fi
+  echo "$tarball"
+}
+
 upstream() {
   local dir=$1
   # The normal path first: the module proxy (users with internet access).
@@ -43,16 +61,7 @@ upstream() {
   local tree="$dir/llm-d-router"
   if [ -f "$tree/.extracted-$VERSION" ]; then echo "$tree"; return 0; fi
   local tarball
-  if ! tarball=$(find_tarball); then
-    echo "llmdrouter: $MOD@$VERSION is neither served by the module proxy nor found as a pinned tarball (set UPSTREAM_TARBALL=<path of llm-d-router-ebab687.tar.gz>)" >&2
-    exit 1
-  fi
-  local sum
-  sum=$(sha256sum "$tarball" | awk '{print $1}')
-  if [ "$sum" != "$TARBALL_SHA256" ]; then
-    echo "llmdrouter: $tarball has sha256 $sum, want $TARBALL_SHA256 (the pinned commit)" >&2
-    exit 1
-  fi
+  tarball=$(pinned_tarball "$MOD@$VERSION is neither served by the module proxy nor found as a pinned tarball")
   rm -rf "$tree" && mkdir -p "$dir"
   tar -xzf "$tarball" -C "$dir"
   chmod -R u+w "$tree"
@@ -146,9 +155,10 @@ patch_test() {
 
 case "${1:-}" in
   upstream) upstream "$2" ;;
+  tarball) pinned_tarball "no pinned tarball of $MOD@$VERSION" ;;
   work) work "$2" "$3" ;;
   tidy) tidy "$2" ;;
   verify-tidy) verify_tidy "$2" ;;
   patch-test) patch_test "$2" ;;
-  *) echo "usage: $0 upstream <dir> | work <file> <tree> | tidy <tree> | verify-tidy <tree> | patch-test <dir>" >&2; exit 2 ;;
+  *) echo "usage: $0 upstream <dir> | tarball | work <file> <tree> | tidy <tree> | verify-tidy <tree> | patch-test <dir>" >&2; exit 2 ;;
 esac

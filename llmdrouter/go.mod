@@ -9,6 +9,7 @@ require (
 	github.com/llm-d/llm-d-router v0.0.0-20260822034922-ebab687927f5
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/pflag v1.0.10
+	golang.org/x/mod v0.41.0
 	golang.org/x/sync v0.23.0
 	google.golang.org/grpc v1.82.1
 	k8s.io/api v0.37.2

@@ -1,12 +1,12 @@
 package integration_test
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,67 +61,65 @@ func main() {
 }
 `
 
-// upstreamTree is the upstream tree that $GOWORK substitutes ("" when the module
-// proxy serves upstream and nothing is substituted).
-func upstreamTree(t *testing.T) string {
-	t.Helper()
-	work := os.Getenv("GOWORK")
-	if work == "" || work == "off" {
-		t.Fatal("GOWORK is not set: run the tests with make test-llmdrouter, which writes the go.work that builds this module")
-	}
-	f, err := os.Open(work)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if fields := strings.Fields(s.Text()); len(fields) == 5 && fields[0] == "replace" && fields[1] == "github.com/llm-d/llm-d-router" {
-			return fields[4]
-		}
-	}
-	return ""
-}
-
-// TestAFreshModuleUsesThePlugin: a module outside the repository that requires
-// this one (with upstream substituted where the proxy does not serve it, as
-// ../shared/upstream says) compiles, registers the plugin, and fills upstream's
-// MemoryPeerStore from a real API server.
+// TestAFreshModuleUsesThePlugin: what a user does, against a module proxy that
+// serves what make release tags (the root module and llmdrouter/ zipped from the
+// repository's git content at the tags, upstream from the pinned tarball; every
+// other module from this machine's module cache): a module of their own, with no
+// replace, gets llmdrouter@vX.Y.Z and builds a program that registers the plugin
+// and drives it through upstream's contract. The go.sum
+// lines the user's go command computed for upstream, and for every module that
+// llmdrouter/go.sum also lists, are llmdrouter/go.sum's. The program then fills
+// upstream's MemoryPeerStore from a real API server.
 func TestAFreshModuleUsesThePlugin(t *testing.T) {
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
+	root := repoRoot(t)
+	version := releaseVersion(t, root)
+	repo := snapshot(t, root)
+	if out, err := release(repo, version); err != nil {
+		t.Fatalf("make release VERSION=%s on the working tree: %v\n%s", version, err, out)
 	}
-	// A release tags the root module and llmdrouter/ with one version, the one
-	// llmdrouter/go.mod requires of the root (make set-version): a user requires that.
-	version := rootVersion(t, root)
+	proxy := releasedProxy(t, root, repo, version)
+
 	dir := t.TempDir()
-	mod := "module example.com/myepp\n\ngo 1.26.6\n\n" +
-		"require github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter " + version + "\n\n" +
-		"replace github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter => " + filepath.Join(root, "llmdrouter") + "\n\n" +
-		"replace github.com/epp-peer-discovery/epp-peer-discovery => " + root + "\n"
-	if tree := upstreamTree(t); tree != "" {
-		mod += "\nreplace github.com/llm-d/llm-d-router v0.0.0-20260822034922-ebab687927f5 => " + tree + "\n"
-	}
-	sum, err := os.ReadFile(filepath.Join(root, "llmdrouter", "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range map[string][]byte{"go.mod": []byte(mod), "go.sum": sum, "main.go": []byte(freshMain)} {
-		if err := os.WriteFile(filepath.Join(dir, name), content, 0o644); err != nil {
+	mod := "module example.com/myepp\n\ngo " + goVersion(t, root) + "\n"
+	for name, content := range map[string]string{"go.mod": mod, "main.go": freshMain} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// What go get would add, from the module cache alone: the test runs in a network
-	// namespace with no way out, and the cache holds what building llmdrouter took
-	// (go mod tidy would also want the modules of the dependencies' own tests).
-	goEnv := append(os.Environ(), "GOWORK=off", "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOPROXY=off")
-	bin := filepath.Join(dir, "myepp")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Dir, build.Env = dir, goEnv
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build of a fresh module: %v\n%s", err, out)
+	// A user's machine: an empty module cache; modules from the proxy (ours first,
+	// then this machine's module cache as a proxy: the test runs in a network
+	// namespace with no way out). No checksum database is reachable here, so go.sum
+	// is checked below against llmdrouter/go.sum.
+	goEnv := []string{"GOWORK=off", "CGO_ENABLED=0", "GOFLAGS=-mod=mod -modcacherw -trimpath", "GOTOOLCHAIN=local",
+		"GOPROXY=file://" + proxy + ",file://" + machineCache(t), "GOSUMDB=off", "GOMODCACHE=" + filepath.Join(dir, "modcache")}
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !slices.Contains([]string{"GOWORK", "CGO_ENABLED", "GOFLAGS", "GOTOOLCHAIN", "GOPROXY", "GOSUMDB", "GONOSUMDB", "GOPRIVATE", "GONOPROXY", "GOMODCACHE", "GOINSECURE"}, name) {
+			goEnv = append(goEnv, kv)
+		}
 	}
+	bin := filepath.Join(dir, "myepp")
+	for _, args := range [][]string{
+		{"get", nestedModule + "@v" + version},
+		{"build", "-o", bin, "."},
+	} {
+		cmd := exec.Command("go", args...)
+		cmd.Dir, cmd.Env = dir, goEnv
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go %s in a fresh module: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(gomod), "replace") || !strings.Contains(string(gomod), nestedModule+" v"+version) {
+		t.Fatalf("the fresh module's go.mod after go get:\n%s", gomod)
+	}
+	checkSums(t, filepath.Join(dir, "go.sum"), filepath.Join(root, "llmdrouter", "go.sum"), upstreamVersion(t, root))
 
 	ctx := context.Background()
 	ns, err := env.CreateNamespace(ctx, "fresh", nil)
@@ -138,9 +136,9 @@ func TestAFreshModuleUsesThePlugin(t *testing.T) {
 	}
 	runCtx, cancel := context.WithTimeout(ctx, 90*time.Second)
 	defer cancel()
-	run := exec.CommandContext(runCtx, bin, `{"service": "epp"}`)
-	run.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "KUBECONFIG=" + kubeconfig, "POD_NAME=epp-0", "POD_IP=10.0.0.1", "NAMESPACE=" + ns}
-	out, err := run.CombinedOutput()
+	prog := exec.CommandContext(runCtx, bin, `{"service": "epp"}`)
+	prog.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "KUBECONFIG=" + kubeconfig, "POD_NAME=epp-0", "POD_IP=10.0.0.1", "NAMESPACE=" + ns}
+	out, err := prog.CombinedOutput()
 	if err != nil {
 		t.Fatalf("the fresh module's program: %v\n%s", err, out)
 	}
@@ -173,4 +171,55 @@ func rootVersion(t *testing.T, root string) string {
 	}
 	t.Fatal("llmdrouter/go.mod does not require the root module")
 	return ""
+}
+
+// goVersion is the go line of llmdrouter/go.mod.
+func goVersion(t *testing.T, root string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "llmdrouter", "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "go" {
+			return f[1]
+		}
+	}
+	t.Fatal("llmdrouter/go.mod has no go line")
+	return ""
+}
+
+// checkSums: the user's go.sum holds upstream's two lines, and every line of it for a
+// module version that llmdrouter/go.sum also lists is llmdrouter/go.sum's line.
+func checkSums(t *testing.T, userSum, moduleSum, upstream string) {
+	t.Helper()
+	read := func(file string) map[string]string {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sums := map[string]string{}
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) == 3 {
+				sums[f[0]+" "+f[1]] = f[2]
+			}
+		}
+		return sums
+	}
+	user, ours := read(userSum), read(moduleSum)
+	for _, key := range []string{upstreamMod + " " + upstream, upstreamMod + " " + upstream + "/go.mod"} {
+		if user[key] == "" || ours[key] == "" {
+			t.Errorf("go.sum line %s: the user's go command wrote %q, llmdrouter/go.sum has %q", key, user[key], ours[key])
+		}
+	}
+	compared := 0
+	for key, h := range user {
+		if o, ok := ours[key]; ok {
+			compared++
+			if o != h {
+				t.Errorf("%s: the user's go command computed %s, llmdrouter/go.sum says %s", key, h, o)
+			}
+		}
+	}
+	t.Logf("%d go.sum lines of the user's module checked against llmdrouter/go.sum (upstream's among them)", compared)
 }
