@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/markdown"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
@@ -65,8 +66,8 @@ func main() {
 // serves what make release tags (the root module and llmdrouter/ zipped from the
 // repository's git content at the tags, upstream from the pinned tarball; every
 // other module from this machine's module cache): a module of their own, with no
-// replace, gets llmdrouter@vX.Y.Z and builds a program that registers the plugin
-// and drives it through upstream's contract. The go.sum
+// replace, gets llmdrouter@vX.Y.Z and builds the README's EPP main and a program
+// that registers the plugin and drives it through upstream's contract. The go.sum
 // lines the user's go command computed for upstream, and for every module that
 // llmdrouter/go.sum also lists, are llmdrouter/go.sum's. The program then fills
 // upstream's MemoryPeerStore from a real API server.
@@ -81,7 +82,7 @@ func TestAFreshModuleUsesThePlugin(t *testing.T) {
 
 	dir := t.TempDir()
 	mod := "module example.com/myepp\n\ngo " + goVersion(t, root) + "\n"
-	for name, content := range map[string]string{"go.mod": mod, "main.go": freshMain} {
+	for name, content := range map[string]string{"go.mod": mod, "main.go": freshMain, "cmd/epp/main.go": readmeEPPMain(t, root)} {
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -105,6 +106,7 @@ func TestAFreshModuleUsesThePlugin(t *testing.T) {
 	for _, args := range [][]string{
 		{"get", nestedModule + "@v" + version},
 		{"build", "-o", bin, "."},
+		{"build", "-o", filepath.Join(dir, "epp"), "./cmd/epp"}, // the README's EPP main
 	} {
 		cmd := exec.Command("go", args...)
 		cmd.Dir, cmd.Env = dir, goEnv
@@ -187,6 +189,26 @@ func goVersion(t *testing.T, root string) string {
 	}
 	t.Fatal("llmdrouter/go.mod has no go line")
 	return ""
+}
+
+// readmeEPPMain is the README's EPP main: its one Go block that is a main package
+// and calls wiring.Run.
+func readmeEPPMain(t *testing.T, root string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mains []string
+	for _, block := range markdown.CodeBlocks(string(b), "go") {
+		if strings.HasPrefix(block, "package main\n") && strings.Contains(block, "wiring.Run(") {
+			mains = append(mains, block)
+		}
+	}
+	if len(mains) != 1 {
+		t.Fatalf("README.md has %d Go blocks that are an EPP main (package main, with its imports, calling wiring.Run), want 1", len(mains))
+	}
+	return mains[0]
 }
 
 // checkSums: the user's go.sum holds upstream's two lines, and every line of it for a

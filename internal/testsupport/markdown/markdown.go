@@ -1,5 +1,7 @@
-// Package markdown writes the benchmarks' figures into the project's markdown docs:
-// numbers as the docs print them, and a generated section between two markers.
+// Package markdown writes the benchmarks' figures into the project's markdown docs
+// (numbers as the docs print them, and a generated section between two markers),
+// and reads the code blocks of a doc, for tests that compile or run what the docs
+// show.
 package markdown
 
 import (
@@ -36,4 +38,24 @@ func ReplaceSection(path, begin, end, text string) error {
 	}
 	s = s[:i+len(begin)] + "\n" + text + s[j:]
 	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// CodeBlocks returns the contents of the fenced code blocks of doc (```lang ... ```)
+// whose info string is lang, in order.
+func CodeBlocks(doc, lang string) []string {
+	var blocks []string
+	var cur *strings.Builder
+	for line := range strings.Lines(doc) {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case cur == nil && strings.HasPrefix(trimmed, "```") && strings.TrimSpace(strings.TrimPrefix(trimmed, "```")) == lang:
+			cur = &strings.Builder{}
+		case cur != nil && trimmed == "```":
+			blocks = append(blocks, cur.String())
+			cur = nil
+		case cur != nil:
+			cur.WriteString(line)
+		}
+	}
+	return blocks
 }

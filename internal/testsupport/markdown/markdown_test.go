@@ -30,3 +30,14 @@ func TestReplaceSection(t *testing.T) {
 		t.Error("no error for a file without the section")
 	}
 }
+
+func TestCodeBlocks(t *testing.T) {
+	doc := "# Doc\n```go\npackage main\n\nfunc main() {}\n```\ntext\n```sh\nmake\n```\n```go\nx := 1\n```\n"
+	got := CodeBlocks(doc, "go")
+	if len(got) != 2 || got[0] != "package main\n\nfunc main() {}\n" || got[1] != "x := 1\n" {
+		t.Errorf("CodeBlocks(go) = %q", got)
+	}
+	if got := CodeBlocks(doc, "yaml"); len(got) != 0 {
+		t.Errorf("CodeBlocks(yaml) = %q, want none", got)
+	}
+}
