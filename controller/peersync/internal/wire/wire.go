@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 )
 
 // The wire format, over one TCP connection (TLS optional) from the replica that
@@ -22,6 +23,16 @@ import (
 //	         values  {index delta, length, bytes}   ascending index
 //	         deletes {index delta}                  ascending index
 //
+//	Broadcast: flags (1 = part of a snapshot, 2 = a snapshot's end), the broadcast's
+//	         name, a uvarint count, that many messages (uvarint length, bytes)
+//	Request: the name of a broadcast whose snapshot the dialer asks for; the
+//	         listener answers on its own connection to the dialer
+//
+//	listener → dialer, after the hello of a dialer it admitted: the Features line
+//	"epp-peer-sync-features <feature> ...\n" (a dialer sends Broadcast and Request
+//	frames only to a listener whose features name them; one that never sends the
+//	line, as the first version, gets State frames only)
+//
 // Indexes are the pusher's, for the life of its process: a key or an entry (a key
 // and an endpoint) is defined once per connection, in the full State that starts it
 // or in the first delta after it appears, and referred to by index afterwards. A
@@ -37,13 +48,133 @@ const (
 	// 253 bytes in Kubernetes), four numbers.
 	MaxHelloBytes = 512
 
-	frameHello byte = 1
-	frameState byte = 2
+	frameHello     byte = 1
+	frameState     byte = 2
+	frameBroadcast byte = 3
+	frameRequest   byte = 4
 
 	flagFull byte = 1
 )
 
 var ErrMalformed = errors.New("malformed frame")
+
+// FeatureBroadcast is the feature of a listener that takes Broadcast and Request
+// frames.
+const FeatureBroadcast = "broadcast"
+
+// FeaturesLine is the line a listener writes after the hello of a dialer it
+// admitted, naming what it takes besides State frames.
+func FeaturesLine(features ...string) string {
+	return "epp-peer-sync-features " + strings.Join(features, " ") + "\n"
+}
+
+// ParseFeaturesLine returns the features of a FeaturesLine (ok false for another
+// line).
+func ParseFeaturesLine(line string) (features []string, ok bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), "epp-peer-sync-features ")
+	if !ok {
+		return nil, false
+	}
+	return strings.Fields(rest), true
+}
+
+// FrameType is the type byte of a frame's body (0 for an empty body).
+func FrameType(body []byte) byte {
+	if len(body) == 0 {
+		return 0
+	}
+	return body[0]
+}
+
+// Frame types, as FrameType returns them.
+const (
+	TypeState     = frameState
+	TypeBroadcast = frameBroadcast
+	TypeRequest   = frameRequest
+)
+
+// Flags of a Broadcast frame.
+const (
+	BroadcastSnapshot    byte = 1 // the messages are part of a snapshot
+	BroadcastSnapshotEnd byte = 2 // the snapshot is complete after these messages
+	BroadcastNotHere     byte = 4 // no broadcast of that name here: ask another peer
+)
+
+// Broadcast is a decoded Broadcast frame; the messages are subslices of the frame.
+type Broadcast struct {
+	Flags    byte
+	Name     string
+	Messages [][]byte
+}
+
+// AppendBroadcast encodes a Broadcast frame of the given messages.
+func AppendBroadcast(dst []byte, flags byte, name string, msgs [][]byte) []byte {
+	return frame(dst, func(e *encoder) {
+		e.byte(frameBroadcast)
+		e.byte(flags)
+		e.string(name)
+		e.uvarint(uint64(len(msgs)))
+		for _, m := range msgs {
+			e.bytes(m)
+		}
+	})
+}
+
+// ParseBroadcastInto decodes a Broadcast frame's body into b, reusing its slice.
+// Names are at most lim.MaxNameBytes, messages at most lim.MaxValueBytes.
+func ParseBroadcastInto(b *Broadcast, body []byte, lim Limits) error {
+	d := decoder{b: body}
+	*b = Broadcast{Messages: b.Messages[:0]}
+	if d.byte() != frameBroadcast {
+		return ErrMalformed
+	}
+	b.Flags = d.byte()
+	name := d.bytes()
+	if len(name) > lim.MaxNameBytes || len(name) == 0 {
+		d.fail()
+	}
+	n := d.count()
+	for range n {
+		m := d.bytes()
+		if len(m) > lim.MaxValueBytes {
+			d.fail()
+		}
+		b.Messages = append(b.Messages, m)
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail()
+	}
+	if d.err != nil {
+		*b = Broadcast{Messages: b.Messages[:0]}
+		return d.err
+	}
+	b.Name = string(name)
+	return nil
+}
+
+// AppendRequest encodes a Request frame for the snapshot of broadcast name.
+func AppendRequest(dst []byte, name string) []byte {
+	return frame(dst, func(e *encoder) {
+		e.byte(frameRequest)
+		e.string(name)
+	})
+}
+
+// ParseRequest decodes a Request frame's body.
+func ParseRequest(body []byte, lim Limits) (string, error) {
+	d := decoder{b: body}
+	if d.byte() != frameRequest {
+		return "", ErrMalformed
+	}
+	name := d.bytes()
+	if len(name) > lim.MaxNameBytes || len(name) == 0 || len(d.b) != 0 {
+		d.fail()
+	}
+	if d.err != nil {
+		return "", d.err
+	}
+	return string(name), nil
+}
 
 // encoder appends the wire's primitives to a byte slice.
 type encoder struct{ b []byte }
