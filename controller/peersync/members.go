@@ -41,6 +41,8 @@ type peerRec struct {
 	counted int                      // values of the generation in force
 	out     *outStream
 	timer   *time.Timer // expiry after a connection ended
+
+	snapshotting atomic.Bool // a snapshot is on its way to the peer
 }
 
 // followMembers applies every change of the peer set until ctx ends.

@@ -40,7 +40,7 @@ var (
 	}, []string{Label})
 	rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_rejections_total",
-		Help: "Connections and messages refused, by reason: unknown-source, identity, stale-incarnation, clock-skew, not-ready, too-many-pending, handshake-timeout, preface, tls, oversized, value-too-large (per value), undecodable (per value), malformed, stalled, too-many-entries, too-many-keys.",
+		Help: "Connections and messages refused, by reason: unknown-source, identity, stale-incarnation, clock-skew, not-ready, too-many-pending, handshake-timeout, preface, tls, oversized, value-too-large (per value), undecodable (per value), malformed, stalled, too-many-entries, too-many-keys, unknown-broadcast (per frame).",
 	}, []string{Label, "reason"})
 	connectErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_push_errors_total",
@@ -70,6 +70,18 @@ var (
 		Name: "epp_peer_sync_accept_errors_total",
 		Help: "Errors accepting a connection on the peer-sync port (too many open files, say): each is retried after a backoff.",
 	}, []string{Label})
+	broadcastMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_broadcast_frames_total",
+		Help: "Frames of a broadcast (messages published within one window, or part of a snapshot), by direction: sent, received, snapshot-sent.",
+	}, []string{Label, "broadcast", "direction"})
+	broadcastWarm = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_peer_sync_broadcast_warm",
+		Help: "1 once a broadcast that bootstraps got a peer's snapshot whole (or found no peer to ask), 0 before.",
+	}, []string{Label, "broadcast"})
+	broadcastWarmSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_peer_sync_broadcast_warm_seconds",
+		Help: "Seconds from the syncer's start to its broadcast's being warm.",
+	}, []string{Label, "broadcast"})
 	unsendable = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_unsendable_values_total",
 		Help: "Local values not sent because they could not be encoded or were over maxValueBytes.",
@@ -78,7 +90,8 @@ var (
 
 func init() {
 	ctrlmetrics.Registry.MustRegister(pushSeconds, sentBytes, receivedBytes, sentMessages, receivedMessages, fullStates,
-		rejections, connectErrors, dropped, peersGauge, inSync, expired, unsendable, pendingGauge, acceptErrors)
+		rejections, connectErrors, dropped, peersGauge, inSync, expired, unsendable, pendingGauge, acceptErrors,
+		broadcastMessages, broadcastWarm, broadcastWarmSeconds)
 }
 
 // instanceMetrics are one syncer's metrics.
@@ -98,6 +111,10 @@ type instanceMetrics struct {
 	unsendable       prometheus.Counter
 	pending          prometheus.Gauge
 	acceptErrors     prometheus.Counter
+
+	broadcastMessages    *prometheus.CounterVec
+	broadcastWarm        *prometheus.GaugeVec
+	broadcastWarmSeconds *prometheus.GaugeVec
 
 	mu     sync.Mutex
 	logged map[string]time.Time
@@ -121,7 +138,11 @@ func metricsFor(instance string) *instanceMetrics {
 		unsendable:       unsendable.With(l),
 		pending:          pendingGauge.With(l),
 		acceptErrors:     acceptErrors.With(l),
-		logged:           map[string]time.Time{},
+
+		broadcastMessages:    broadcastMessages.MustCurryWith(l),
+		broadcastWarm:        broadcastWarm.MustCurryWith(l),
+		broadcastWarmSeconds: broadcastWarmSeconds.MustCurryWith(l),
+		logged:               map[string]time.Time{},
 	}
 	for _, r := range rejectReasons {
 		m.rejections.WithLabelValues(r)

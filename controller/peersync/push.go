@@ -162,6 +162,7 @@ func (s *Syncer) tick() {
 	// The deleted indexes may be defined again from the next delta on: every peer
 	// in step has this one's deletion first.
 	p.free = append(p.free, delta.Deletes...)
+	s.checkSnapshots(now, outs)
 	if now.Sub(p.lastSweep) > sweepEvery {
 		p.lastSweep = now
 		if n := s.sweep(); n > 0 {
@@ -213,23 +214,41 @@ type outConn struct {
 	inSync atomic.Bool   // it has had its full state
 	broken chan struct{} // closed by the push loop when a write failed
 	once   sync.Once
+	// broadcasts: the peer takes Broadcast and Request frames (its features line
+	// said so).
+	broadcasts atomic.Bool
+	wmu        sync.Mutex // one frame at a time: the push loop's and the broadcasts'
 }
 
 func (c *outConn) fail() { c.once.Do(func() { close(c.broken) }) }
 
-// writeBudget bounds one push to one peer.
-func (s *Syncer) writeBudget() time.Duration { return max(s.o.Interval/4, 20*time.Millisecond) }
-
-// push writes frame to the connection c (the push loop's goroutine).
-func (o *outStream) push(s *Syncer, c *outConn, frame []byte, built time.Time) {
-	_ = c.c.SetWriteDeadline(built.Add(s.writeBudget()))
-	if _, err := c.c.Write(frame); err != nil {
+// write writes one frame within budget (from when it has the connection: a frame
+// of a snapshot may be before it); a failure ends the connection (the next one
+// starts from a full state).
+func (o *outStream) write(s *Syncer, c *outConn, frame []byte, budget time.Duration) error {
+	c.wmu.Lock()
+	_ = c.c.SetWriteDeadline(s.o.now().Add(budget))
+	_, err := c.c.Write(frame)
+	c.wmu.Unlock()
+	if err != nil {
 		if isTimeout(err) {
 			s.m.dropped.Inc() // a slow peer: it starts again from a full state
 		}
 		o.failed(s, err)
 		o.conn.CompareAndSwap(c, nil)
 		c.fail()
+		return err
+	}
+	s.m.sentBytes.Add(float64(len(frame)))
+	return nil
+}
+
+// writeBudget bounds one push to one peer.
+func (s *Syncer) writeBudget() time.Duration { return max(s.o.Interval/4, 20*time.Millisecond) }
+
+// push writes frame to the connection c (the push loop's goroutine).
+func (o *outStream) push(s *Syncer, c *outConn, frame []byte, built time.Time) {
+	if o.write(s, c, frame, s.writeBudget()) != nil {
 		return
 	}
 	done := s.o.now()
@@ -238,7 +257,6 @@ func (o *outStream) push(s *Syncer, c *outConn, frame []byte, built time.Time) {
 		s.m.fullStates.Inc()
 	}
 	s.m.pushSeconds.Observe(done.Sub(built).Seconds())
-	s.m.sentBytes.Add(float64(len(frame)))
 	s.m.sentMessages.Inc()
 }
 
@@ -286,7 +304,7 @@ func (o *outStream) run(ctx context.Context, s *Syncer) {
 		}
 		o.lastError.Store(nil)
 		backoff = 0
-		if o.hold(ctx, conn) {
+		if o.hold(ctx, s, conn) {
 			backoff = nextBackoff(0)
 		}
 	}
@@ -294,12 +312,20 @@ func (o *outStream) run(ctx context.Context, s *Syncer) {
 
 // hold hands conn to the push loop and waits until it breaks, the peer closes it or
 // ctx ends; it reports whether the connection failed.
-func (o *outStream) hold(ctx context.Context, conn net.Conn) bool {
+func (o *outStream) hold(ctx context.Context, s *Syncer, conn net.Conn) bool {
 	c := &outConn{c: conn, broken: make(chan struct{})}
 	closed := make(chan struct{})
 	go func() {
-		// The peer never writes after its banner: EOF or an error means it closed.
-		_, _ = io.Copy(io.Discard, conn)
+		// After its banner the peer writes its features line, if any, and nothing
+		// more: EOF or an error means it closed.
+		br := bufio.NewReaderSize(conn, 256)
+		if line, err := br.ReadString('\n'); err == nil {
+			if fs, ok := wire.ParseFeaturesLine(line); ok && slices.Contains(fs, wire.FeatureBroadcast) {
+				c.broadcasts.Store(true)
+				s.requestSnapshots(o, c)
+			}
+		}
+		_, _ = io.Copy(io.Discard, br)
 		close(closed)
 	}()
 	o.conn.Store(c)

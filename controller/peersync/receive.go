@@ -31,12 +31,13 @@ const (
 	RejectStalled          = "stalled"           // a peer silent for the TTL in the middle of a message
 	RejectTooManyEntries   = "too-many-entries"  // a peer defining more entries than its bound
 	RejectTooManyKeys      = "too-many-keys"     // a peer defining more keys than maxKeys, or past the bound of keys in all
+	RejectUnknownBroadcast = "unknown-broadcast" // a frame of a broadcast this replica has not registered (left out)
 )
 
 // rejectReasons are every reason, for the metrics (created at 0).
 var rejectReasons = []string{RejectUnknownSource, RejectIdentity, RejectStaleIncarnation, RejectClockSkew, RejectNotReady,
 	RejectTooManyPending, RejectHandshakeTimeout, RejectPreface, RejectTLS, RejectOversized, RejectValueTooLarge,
-	RejectUndecodable, RejectMalformed, RejectStalled, RejectTooManyEntries, RejectTooManyKeys}
+	RejectUndecodable, RejectMalformed, RejectStalled, RejectTooManyEntries, RejectTooManyKeys, RejectUnknownBroadcast}
 
 // inStream is one peer's connection to this replica, and what it defined.
 type inStream struct {
@@ -100,14 +101,16 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 	// after the last message, and only a real silence of the TTL expires the peer.
 	last := s.o.now()
 	_ = conn.SetDeadline(time.Time{})
-	_ = conn.SetReadDeadline(last.Add(s.o.TTL))
+	deadline := last.Add(s.o.TTL)
+	_ = conn.SetReadDeadline(deadline)
 	for {
 		// Wait for a message's first byte: a deadline that fires here has consumed
 		// nothing, so the connection can go on.
 		if _, err := br.Peek(1); err != nil {
 			if isTimeout(err) {
 				if s.o.now().Sub(last) < s.o.TTL {
-					_ = conn.SetReadDeadline(last.Add(s.o.TTL))
+					deadline = last.Add(s.o.TTL)
+					_ = conn.SetReadDeadline(deadline)
 					continue
 				}
 				s.expire(in, causeTTL)
@@ -117,6 +120,12 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 				s.rejectRead(err, ip)
 			}
 			return
+		}
+		// A message has the TTL from its first byte to arrive whole (a snapshot's
+		// frames are large): the deadline moves when less than half of it is left.
+		if now := s.o.now(); deadline.Sub(now) < s.o.TTL/2 {
+			deadline = now.Add(s.o.TTL)
+			_ = conn.SetReadDeadline(deadline)
 		}
 		body, err := wire.ReadFrameInto(br, s.o.MaxMessageBytes, buf)
 		if err != nil {
@@ -133,8 +142,27 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 		now := s.o.now()
 		last = now
 		s.m.receivedBytes.Add(float64(len(body)))
-		s.m.receivedMessages.Inc()
 		buf = body
+		switch wire.FrameType(body) {
+		case wire.TypeState:
+		case wire.TypeBroadcast, wire.TypeRequest:
+			rec.lastHeard.Store(now.UnixNano())
+			receive := s.receiveBroadcast
+			if wire.FrameType(body) == wire.TypeRequest {
+				receive = func(in *inStream, body []byte) (string, error) { return s.serveSnapshot(ctx, in, body) }
+			}
+			if reason, err := receive(in, body); err != nil {
+				s.reject(reason, "a broadcast frame that cannot be read; closing the peer's connection", "peer", rec.id, "error", err.Error())
+				return
+			}
+			continue
+		default:
+			// A newer peer sends a new type only to a replica whose features line
+			// names it: this is garbage.
+			s.reject(RejectMalformed, "a frame of a type this replica does not know; closing the peer's connection", "peer", rec.id, "type", wire.FrameType(body))
+			return
+		}
+		s.m.receivedMessages.Inc()
 		n, err := wire.ParseStateInto(&st, body, s.lim)
 		if errors.Is(err, wire.ErrValueTooLarge) {
 			s.m.rejections.WithLabelValues(RejectValueTooLarge).Add(float64(n))

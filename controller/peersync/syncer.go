@@ -161,6 +161,7 @@ type Syncer struct {
 	push pushState // the push loop's own state
 
 	aggregates sync.Map // key -> func([]any) any, for the document
+	broadcasts sync.Map // name -> *Broadcast
 }
 
 // keyState is one state key: the local type of its values, its slots by endpoint,

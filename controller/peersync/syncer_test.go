@@ -12,6 +12,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 
+	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
@@ -68,7 +69,7 @@ func startReplica(t *testing.T, name string, opts ...clusterOption) *replica {
 	r := &replica{name: name, port: int32(l.Addr().(*net.TCPAddr).Port), members: peers.NewMemoryPeerStore(), done: make(chan error, 1), instance: instance, t: t}
 	// A TTL of 25 intervals: a loaded machine (the race detector, TLS) must not
 	// expire a peer that is only slow; the tests of the TTL set their own.
-	o := Options{Self: peers.Self{Namespace: "ns", Name: name}, Peers: r.members, Listener: l, Interval: testInterval, TTL: 25 * testInterval, Instance: instance}
+	o := Options{Self: peers.Self{Namespace: "ns", Name: name}, Peers: r.members, Listener: l, Interval: testInterval, TTL: 25 * testInterval, Instance: instance, Log: testr.NewWithOptions(t, testr.Options{Verbosity: 1}).WithValues("replica", name)}
 	for _, f := range opts {
 		f(&o)
 	}

@@ -1,0 +1,322 @@
+package peersync
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
+)
+
+// inbox records what a replica's broadcast received.
+type inbox struct {
+	mu   sync.Mutex
+	msgs map[string][]string // by peer
+	at   map[string]time.Time
+}
+
+func newInbox() *inbox { return &inbox{msgs: map[string][]string{}, at: map[string]time.Time{}} }
+
+func (in *inbox) receive(peer string, msg []byte) error {
+	if string(msg) == "bad" {
+		return fmt.Errorf("not a message of this broadcast")
+	}
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.msgs[peer] = append(in.msgs[peer], string(msg))
+	in.at[string(msg)] = time.Now()
+	return nil
+}
+
+func (in *inbox) has(msg string) (time.Time, bool) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	t, ok := in.at[msg]
+	return t, ok
+}
+
+func (in *inbox) count() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.at)
+}
+
+// TestBroadcastReachesEveryPeerWithinTheWindow: a message published on one replica
+// reaches every peer's Receive, tagged with the publisher, within the window and a
+// write (p99 logged; the bound leaves room for a loaded machine), many messages of
+// one window in one frame; a message that does not decode is a counted rejection
+// and the connection goes on.
+func TestBroadcastReachesEveryPeerWithinTheWindow(t *testing.T) {
+	rs := newCluster(t, 3)
+	boxes := make([]*inbox, len(rs))
+	bs := make([]*Broadcast, len(rs))
+	for i, r := range rs {
+		boxes[i] = newInbox()
+		b, err := r.s.Broadcast("placements", BroadcastOptions{Receive: boxes[i].receive})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs[i] = b
+	}
+	// Connected, and every connection knows its peer takes broadcasts.
+	waitForBroadcastConns(t, rs)
+	var lat []time.Duration
+	for i := range 100 {
+		msg := fmt.Sprintf("m-%d", i)
+		sent := time.Now()
+		bs[0].Publish([]byte(msg))
+		for _, box := range boxes[1:] {
+			eventually(t, 5*time.Second, func() bool { _, ok := box.has(msg); return ok }, func() string { return msg + " did not arrive" })
+			at, _ := box.has(msg)
+			lat = append(lat, at.Sub(sent))
+		}
+	}
+	t.Logf("published to received: p50 %v, p99 %v (window %v)", percentile(lat, 0.5), percentile(lat, 0.99), DefaultBroadcastWindow)
+	if p99 := percentile(lat, 0.99); p99 > 500*time.Millisecond {
+		t.Errorf("p99 %v from Publish to a peer's Receive, want within the window (%v) and a write", p99, DefaultBroadcastWindow)
+	}
+	boxes[1].mu.Lock()
+	if got := boxes[1].msgs["ns/epp-0"]; len(got) != 100 {
+		t.Errorf("replica 1 got %d messages from ns/epp-0, want 100 (by peer: %v)", len(got), keysOf(boxes[1].msgs))
+	}
+	boxes[1].mu.Unlock()
+
+	// 1,000 messages at once: a few frames, not one per message.
+	frames0 := testutil.ToFloat64(broadcastMessages.WithLabelValues(rs[0].instance, "placements", "sent"))
+	for i := range 1000 {
+		bs[0].Publish([]byte(fmt.Sprintf("burst-%d", i)))
+	}
+	eventually(t, 5*time.Second, func() bool { return boxes[2].count() == 1100 }, func() string {
+		return fmt.Sprintf("replica 2 has %d of 1,100 messages", boxes[2].count())
+	})
+	if frames := testutil.ToFloat64(broadcastMessages.WithLabelValues(rs[0].instance, "placements", "sent")) - frames0; frames > 20 {
+		t.Errorf("1,000 messages published at once took %v frames", frames)
+	}
+
+	before := rs[1].rejected(RejectUndecodable)
+	bs[0].Publish([]byte("bad"))
+	rs[1].waitRejected(t, 2*time.Second, RejectUndecodable, before, "a message Receive refuses")
+	bs[0].Publish([]byte("after"))
+	eventually(t, 2*time.Second, func() bool { _, ok := boxes[1].has("after"); return ok }, func() string { return "no message after a refused one" })
+}
+
+func keysOf(m map[string][]string) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func waitForBroadcastConns(t *testing.T, rs []*replica) {
+	t.Helper()
+	eventually(t, 5*time.Second, func() bool {
+		for _, r := range rs {
+			r.s.mu.Lock()
+			outs := r.s.outStreams()
+			r.s.mu.Unlock()
+			if len(outs) != len(rs)-1 {
+				return false
+			}
+			for _, o := range outs {
+				if c := o.conn.Load(); c == nil || !c.broadcasts.Load() {
+					return false
+				}
+			}
+		}
+		return true
+	}, func() string { return "the replicas' connections do not all take broadcasts" })
+}
+
+// TestBroadcastSnapshotWarmsANewReplica: a replica that starts asks one peer for
+// its snapshot, gets all of it (over several frames), and is warm; a replica with
+// no peer is warm at once; a peer without the broadcast answers an empty snapshot,
+// and the new replica asks another.
+func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
+	rs := newCluster(t, 2)
+	const entries = 50000 // 25 bytes each: several frames of 256 KiB
+	for _, r := range rs {
+		_, err := r.s.Broadcast("index", BroadcastOptions{Receive: newInbox().receive, Bootstrap: true, Snapshot: func(emit func([]byte) bool) {
+			for i := range entries {
+				if !emit([]byte(fmt.Sprintf("%s-entry-%012d", r.name, i))) {
+					return
+				}
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The first two are warm: they had each other, and asked (again, if the other
+	// had not registered it yet when first asked).
+	for _, r := range rs {
+		b, _ := r.s.broadcasts.Load("index")
+		select {
+		case <-b.(*Broadcast).Warm():
+		case <-time.After(DefaultSnapshotTimeout + 5*time.Second):
+			t.Fatalf("%s is not warm", r.name)
+		}
+	}
+
+	box := newInbox()
+	late := startReplica(t, "late")
+	b, err := late.s.Broadcast("index", BroadcastOptions{Receive: box.receive, Bootstrap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Its first peer has no broadcast of the name: it says so, and is not asked again
+	// for a while.
+	without := startReplica(t, "without")
+	late.members.UpsertPeer(without.meta())
+	without.members.UpsertPeer(late.meta())
+	eventually(t, 5*time.Second, func() bool { _, no := b.declined.Load("ns/without"); return no },
+		func() string { return "the peer without the broadcast did not decline" })
+	select {
+	case <-b.Warm():
+		t.Fatal("warm from a peer that has no broadcast of the name")
+	default:
+	}
+	for _, r := range rs {
+		late.members.UpsertPeer(r.meta())
+		r.members.UpsertPeer(late.meta())
+	}
+	start := time.Now()
+	select {
+	case <-b.Warm():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the new replica did not get warm")
+	}
+	t.Logf("warm %v after its peers were listed; %v after it started", time.Since(start).Round(time.Millisecond), b.WarmAfter().Round(time.Millisecond))
+	box.mu.Lock()
+	var from string
+	for p, m := range box.msgs {
+		if len(m) == entries {
+			from = p
+		}
+	}
+	box.mu.Unlock()
+	if from == "" {
+		t.Fatalf("no peer's snapshot arrived whole (%d messages in all)", box.count())
+	}
+	if got := testutil.ToFloat64(broadcastWarm.WithLabelValues(late.instance, "index")); got != 1 {
+		t.Errorf("epp_peer_sync_broadcast_warm = %v, want 1", got)
+	}
+
+	// Alone: warm at once.
+	alone := startReplica(t, "alone", func(o *Options) { o.PeersReady = closedChan() })
+	ab, err := alone.s.Broadcast("index", BroadcastOptions{Receive: newInbox().receive, Bootstrap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ab.Warm():
+	case <-time.After(2 * time.Second):
+		t.Fatal("a replica with no peer is not warm")
+	}
+}
+
+func closedChan() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}
+
+// TestBroadcastOfUnknownNameIsCountedNotFatal: a peer that has no broadcast of that
+// name counts each frame as unknown-broadcast and goes on with the state.
+func TestBroadcastOfUnknownNameIsCountedNotFatal(t *testing.T) {
+	rs := newCluster(t, 2)
+	b, err := rs[0].s.Broadcast("only-here", BroadcastOptions{Receive: newInbox().receive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitForBroadcastConns(t, rs)
+	before := rs[1].rejected(RejectUnknownBroadcast)
+	b.Publish([]byte("x"))
+	rs[1].waitRejected(t, 2*time.Second, RejectUnknownBroadcast, before, "a broadcast the peer has not")
+	for i, r := range rs {
+		if err := r.s.Set("k", "ns/e", &load{Requests: int64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSum(t, 2*time.Second, rs, "k", "ns/e", 3)
+}
+
+// TestFirstVersionListenerGetsStatesOnly: a listener of the first version (it
+// sends no features line) never gets a broadcast frame, which it would have refused
+// as malformed, closing the connection: replicas of two versions go on syncing
+// during a rolling update.
+func TestFirstVersionListenerGetsStatesOnly(t *testing.T) {
+	rs := newCluster(t, 1)
+	b, err := rs[0].s.Broadcast("placements", BroadcastOptions{Receive: newInbox().receive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	rs[0].members.UpsertPeer(peers.PeerMetadata{Namespace: "ns", Name: "old", Address: "127.0.0.1", Port: int32(port), Ready: true, Serving: true})
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write([]byte("epp-peer-discovery ns/old\n")); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(c)
+	pre := make([]byte, len(wire.Preface))
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := br.Read(pre); err != nil || string(pre) != wire.Preface {
+		t.Fatalf("preface %q: %v", pre, err)
+	}
+	if _, err := wire.ReadFrame(br, 1<<20); err != nil { // the hello
+		t.Fatal(err)
+	}
+	if err := rs[0].s.Set("k", "ns/e", &load{Requests: 1}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(1 * time.Second)
+	states := 0
+	for time.Now().Before(deadline) {
+		b.Publish([]byte("placement"))
+		_ = c.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, err := binary.ReadUvarint(br)
+		if err != nil {
+			continue
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(br, body); err != nil {
+			t.Fatal(err)
+		}
+		if ft := wire.FrameType(body); ft != wire.TypeState {
+			t.Fatalf("a first-version listener got a frame of type %d", ft)
+		}
+		states++
+	}
+	if states == 0 {
+		t.Fatal("the listener got no state at all")
+	}
+}
+
+// percentile of durations (p in [0, 1]).
+func percentile(ds []time.Duration, p float64) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[min(len(s)-1, int(float64(len(s))*p))]
+}
