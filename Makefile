@@ -161,6 +161,21 @@ $(BIN)/helm: e2e/go.mod
 	@echo "building helm $(HELM_VERSION) (the e2e/go.mod tool) into bin/helm"
 	@$(HEARTBEAT) env CGO_ENABLED=0 go -C e2e build -trimpath -ldflags "$(HELM_LDFLAGS)" -o $@ helm.sh/helm/v3/cmd/helm
 
+# Helm 4, for the upstream-chart route's tests (the post-renderer as a plugin),
+# pinned as the tool of hack/tools/helm4. Its version is an -ldflags variable as in
+# Helm 3; its default Kubernetes version (.Capabilities.KubeVersion) is not: Helm 4
+# derives it from the k8s.io/client-go version in the binary's build info
+# (internal/version.K8sIOClientGoModVersion), v0.37 -> v1.37, so it follows go.mod.
+HELM4_VERSION = $(call tool_version,helm.sh/helm/v4,helm4)
+HELM4_LDFLAGS = -s -w -X helm.sh/helm/v4/internal/version.version=$(HELM4_VERSION)
+
+$(BIN)/helm4: hack/tools/helm4/go.mod
+	@echo "building helm $(HELM4_VERSION) (hack/tools/helm4) into bin/helm4"
+	@$(HEARTBEAT) env CGO_ENABLED=0 go -C hack/tools/helm4 build -trimpath -ldflags "$(HELM4_LDFLAGS)" -o $@ helm.sh/helm/v4/cmd/helm
+
+.PHONY: helm4
+helm4: $(BIN)/helm4 ## Build Helm 4 (hack/tools/helm4) into bin/helm4.
+
 $(BIN)/kwok $(BIN)/kwok-stages.yaml: hack/kwok.sh
 	hack/kwok.sh $(BIN)/kwok $(BIN)/kwok-stages.yaml
 
