@@ -148,6 +148,16 @@ func Render(in []byte, o Options) ([]byte, error) {
 			return nil, err
 		}
 	}
+	// The pod's containers share one network: a port of another container, or of
+	// the EPP under another name, on a number the plugin binds is a clash the API
+	// server would not see (the EPP would fail to bind); on the Service it would,
+	// after the rest of the release was applied.
+	if err := checkPodPorts(w, map[string]int{o.PortName: o.Port, "http-peers": o.DebugPort}); err != nil {
+		return nil, err
+	}
+	if err := checkServicePorts(svc, map[string]int{o.PortName: o.Port, "http-peers": o.DebugPort}); err != nil {
+		return nil, err
+	}
 	for _, p := range []object{
 		{"name": o.PortName, "containerPort": o.Port, "protocol": "TCP"},
 		{"name": "http-peers", "containerPort": o.DebugPort, "protocol": "TCP"},
@@ -254,6 +264,66 @@ func findService(docs []object, w *workload, name string) (*service, error) {
 		names = append(names, s.name)
 	}
 	return nil, fmt.Errorf("the Services %s all select the EPP's pods: name the peer Service with --service", strings.Join(names, ", "))
+}
+
+// flagOf names the flag that sets the port named name, for messages.
+func flagOf(name string) string {
+	if name == "http-peers" {
+		return "--debug-port"
+	}
+	return "--port"
+}
+
+// tcp reports whether a port entry is TCP (the default protocol).
+func tcp(p object) bool {
+	proto, _ := p["protocol"].(string)
+	return proto == "" || proto == "TCP"
+}
+
+// number is a port entry's number field as an int (YAML decodes it as float64).
+func number(p object, field string) int {
+	switch n := p[field].(type) {
+	case float64:
+		return int(n)
+	case int:
+		return n
+	case int64:
+		return int(n)
+	}
+	return 0
+}
+
+// checkPodPorts refuses a TCP port of any container of the pod (init containers,
+// sidecars such as upstream's proxy, the EPP itself under another name) on a number
+// that the plugin binds.
+func checkPodPorts(w *workload, want map[string]int) error {
+	for _, field := range []string{"initContainers", "containers"} {
+		for _, ct := range objects(w.pod[field]) {
+			for _, p := range objects(ct["ports"]) {
+				for name, n := range want {
+					if tcp(p) && number(p, "containerPort") == n && !(ct["name"] == w.container["name"] && p["name"] == name) {
+						return fmt.Errorf("%s=%d: container %v of %s already has port %d (%v): pick another %s",
+							flagOf(name), n, ct["name"], w.name, n, p["name"], flagOf(name))
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkServicePorts refuses a TCP port of the peer Service on a number the plugin's
+// ports take, under another name.
+func checkServicePorts(svc *service, want map[string]int) error {
+	for _, p := range objects(svc.spec["ports"]) {
+		for name, n := range want {
+			if tcp(p) && number(p, "port") == n && p["name"] != name {
+				return fmt.Errorf("%s=%d: Service %s already has port %d (%v): pick another %s",
+					flagOf(name), n, svc.name, n, p["name"], flagOf(name))
+			}
+		}
+	}
+	return nil
 }
 
 // addPlugin adds the plugin to the configuration the EPP reads, and returns the

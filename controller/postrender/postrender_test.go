@@ -285,6 +285,15 @@ func TestRefusals(t *testing.T) {
 		{"another peer discovery", strings.Replace(eppChart, "    plugins:\n    - type: queue-scorer\n", "    dataLayer: {peerDiscovery: {pluginRef: mine}}\n    plugins:\n    - type: queue-scorer\n", 1), postrender.Options{Image: image}, "pluginRef is mine already"},
 		{"port taken differently", strings.Replace(eppChart, "- {name: grpc, containerPort: 9002}", "- {name: http-peers, containerPort: 8000}", 1), postrender.Options{Image: image}, "ports http-peers is set already"},
 		{"not YAML", "kind: [", postrender.Options{Image: image}, "reading the manifests"},
+		// Port numbers the plugin takes, held under another name: the API server
+		// would refuse the Service only once the rest was applied, and would never
+		// see the pod's clash (the EPP would fail to bind).
+		{"Service port on the debug port", strings.Replace(eppChart, "  - {name: grpc-ext-proc, port: 9002}", "  - {name: grpc-ext-proc, port: 9002}\n  - {name: metrics-x, port: 9091}", 1),
+			postrender.Options{Image: image}, "--debug-port=9091: Service rel-epp already has port 9091 (metrics-x): pick another --debug-port"},
+		{"EPP port on the peer port", strings.Replace(eppChart, "- {name: grpc, containerPort: 9002}", "- {name: grpc, containerPort: 9002}\n        - {name: metrics, containerPort: 9005}", 1),
+			postrender.Options{Image: image}, "--port=9005: container epp of rel-epp already has port 9005 (metrics): pick another --port"},
+		{"a sidecar on the debug port", strings.Replace(eppChart, "      containers:\n      - name: epp\n", "      containers:\n      - {name: proxy, image: envoy, ports: [{name: admin, containerPort: 9091}]}\n      - name: epp\n", 1),
+			postrender.Options{Image: image}, "--debug-port=9091: container proxy of rel-epp already has port 9091 (admin)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := postrender.Render([]byte(tc.chart), tc.opts)
@@ -303,3 +312,14 @@ func equal(a, b any) bool {
 	jb, _ := yaml.Marshal(b)
 	return string(ja) == string(jb)
 }
+
+// TestPortsOfAnotherProtocolAreNoClash: a UDP port on the plugin's number is another
+// port, on the Service as in the pod.
+func TestPortsOfAnotherProtocolAreNoClash(t *testing.T) {
+	chart := strings.Replace(eppChart, "  - {name: grpc-ext-proc, port: 9002}", "  - {name: grpc-ext-proc, port: 9002}\n  - {name: stats, port: 9091, protocol: UDP}", 1)
+	chart = strings.Replace(chart, "- {name: grpc, containerPort: 9002}", "- {name: grpc, containerPort: 9002}\n        - {name: stats, containerPort: 9005, protocol: UDP}", 1)
+	if _, err := postrender.Render([]byte(chart), postrender.Options{Image: image}); err != nil {
+		t.Fatal(err)
+	}
+}
+
