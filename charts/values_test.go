@@ -339,9 +339,16 @@ func TestHelmTestHook(t *testing.T) {
 		if labels.SelectorFromSet(svc.Spec.Selector).Matches(labels.Set(p.Labels)) {
 			t.Fatalf("%s: the test pod's labels %v match the Service's selector %v: it would be an endpoint and a peer", mode, p.Labels, svc.Spec.Selector)
 		}
-		want := []string{"check-peers", "--service=epp", "--namespace=team-a", "--port-name=http-peers", "--timeout=60s"}
+		want := []string{"check-peers", "--service=epp", "--namespace=team-a", "--port-name=http-peers", "--membership=ready", "--timeout=60s"}
 		if diff := cmp.Diff(want, p.Spec.Containers[0].Args); diff != "" {
 			t.Fatalf("%s: check-peers args (-want +got):\n%s", mode, diff)
+		}
+		// With membership alive (leader election: only the leader is ready) the check
+		// counts the not-ready replicas too, as the replicas do.
+		alive := hooks(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", mode,
+			"router.epp.leaderElection", mode == "epp", "router.epp.peerDiscovery.membership", "alive"))
+		if args := alive[0].Spec.Containers[0].Args; !slices.Contains(args, "--membership=alive") {
+			t.Fatalf("%s: membership alive: check-peers args %v lack --membership=alive", mode, args)
 		}
 		if img := p.Spec.Containers[0].Image; img != "epp-peer-discovery/epp:"+appVersion(t) {
 			t.Fatalf("%s: the test pod runs %s, want the epp binary's image", mode, img)

@@ -120,7 +120,7 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stderr)
-			fmt.Fprintf(stderr, "Usage: epp [flags]\n       epp check-peers --service=<name> --namespace=<ns> [--port-name=http-metrics] [--timeout=60s]\n\nEPP peer discovery: finds the other replicas of this EPP and serves them at /debug/peers.\n\n")
+			fmt.Fprintf(stderr, "Usage: epp [flags]\n       epp check-peers --service=<name> --namespace=<ns> [--port-name=http-metrics] [--membership=ready|alive] [--timeout=60s]\n\nEPP peer discovery: finds the other replicas of this EPP and serves them at /debug/peers.\n\n")
 			fs.PrintDefaults()
 			return o, ErrHelp
 		}

@@ -72,3 +72,63 @@ func TestCheckPeers(t *testing.T) {
 		t.Fatalf("check-peers with a silent replica = %v, want an error naming it\n%s", err, out.String())
 	}
 }
+
+// TestCheckPeersUnderLeaderElection: three replicas with membership alive, of which
+// only the leader is a ready endpoint (the standbys of llm-d-router's leader
+// election are not ready), as the chart's helm test meets them with
+// router.epp.leaderElection and peerDiscovery.membership=alive. Every replica lists
+// the two others. check-peers with the replicas' membership passes; counting only
+// ready endpoints it fails as the chart's test used to ("peers [...], want []").
+func TestCheckPeersUnderLeaderElection(t *testing.T) {
+	ctx := context.Background()
+	ns, err := env.CreateNamespace(ctx, "check-alive", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ports := map[string]string{}
+	for i := range 3 {
+		addr := testenv.FreeAddr()
+		_, port, _ := strings.Cut(addr, ":")
+		ip := fmt.Sprintf("10.99.1.%d", i+1)
+		ports[ip] = port
+		p, _ := strconv.Atoi(port)
+		var opts []slicegen.EndpointOption
+		if i > 0 {
+			opts = append(opts, slicegen.NotReady())
+		}
+		s := slicegen.Slice(fmt.Sprintf("epp-r%d", i), slicegen.Namespace(ns), slicegen.Ports("http-peers", p, "peer-sync", 9005),
+			slicegen.Pod(fmt.Sprintf("epp-%d", i), ip, opts...))
+		if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		startApp(t, env.Config, []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--epp-peer-membership=alive", "--metrics-bind-address=" + addr},
+			map[string]string{"NAMESPACE": ns, "POD_NAME": fmt.Sprintf("epp-%d", i), "POD_IP": ip})
+	}
+	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || ports[host] != port {
+			return nil, fmt.Errorf("test dialer: refusing %s: only the replicas' 10.99.1.x addresses are mapped to 127.0.0.1", addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, net.JoinHostPort("127.0.0.1", port))
+	}}}
+	flags, err := peercheck.Flags([]string{"--service=epp", "--namespace=" + ns, "--port-name=http-peers", "--membership=alive", "--timeout=20s", "--interval=200ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := peercheck.Run(ctx, env.Clientset, client, flags, &out); err != nil {
+		t.Fatalf("check-peers --membership=alive: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "ok: 3 replicas") {
+		t.Fatalf("check-peers output: %s", out.String())
+	}
+
+	flags.Membership = ""
+	flags.Timeout = time.Second
+	out.Reset()
+	err = peercheck.Run(ctx, env.Clientset, client, flags, &out)
+	if err == nil || !strings.Contains(err.Error(), ns+"/epp-0: peers ["+ns+"/epp-1 "+ns+"/epp-2], want []") {
+		t.Fatalf("check-peers counting ready endpoints only = %v, want the leader's list refused\n%s", err, out.String())
+	}
+}

@@ -1,6 +1,8 @@
 // Package peercheck verifies from inside a cluster that every replica of an EPP sees
-// exactly the other replicas: it lists the EPP Service's EndpointSlices, reads each
-// ready replica's /debug/peers, and compares. The chart's `helm test` hook runs it as
+// exactly the other replicas: it lists the EPP Service's EndpointSlices, reads the
+// /debug/peers of each replica that the membership counts (the ready ones, or with
+// membership alive every one that is not terminating, as the replicas themselves
+// count their peers), and compares. The chart's `helm test` hook runs it as
 // `epp check-peers`.
 package peercheck
 
@@ -30,11 +32,16 @@ type Options struct {
 	// PortName is the Service port that serves /debug/peers (http-metrics, or
 	// http-peers for the sidecar).
 	PortName string
+	// Membership is the replicas' own (--epp-peer-membership, EPP_PEER_MEMBERSHIP):
+	// which endpoints are replicas whose peer lists must agree. Empty is ready. Under
+	// leader election with membership alive only the leader is ready, and every
+	// replica lists the standbys.
+	Membership peers.Membership
 	// Timeout bounds the whole check; Interval is the pause between rounds.
 	Timeout, Interval time.Duration
 }
 
-// Replica is one ready endpoint of the Service.
+// Replica is one endpoint of the Service that the membership counts.
 type Replica struct {
 	// ID is namespace/name of its Pod.
 	ID string
@@ -44,8 +51,15 @@ type Replica struct {
 
 // Replicas returns the ready, not terminating endpoints of slices that refer to a
 // Pod, one per Pod, with the URL of /debug/peers on the slice's port named portName,
-// ordered by ID.
+// ordered by ID: ReplicasOf with membership ready.
 func Replicas(sl []discoveryv1.EndpointSlice, portName string) ([]Replica, error) {
+	return ReplicasOf(sl, portName, peers.MembershipReady)
+}
+
+// ReplicasOf returns the endpoints of slices that refer to a Pod and that membership
+// admits (peers.Membership.Admits: unknown readiness is ready), one per Pod, with the
+// URL of /debug/peers on the slice's port named portName, ordered by ID.
+func ReplicasOf(sl []discoveryv1.EndpointSlice, portName string, membership peers.Membership) ([]Replica, error) {
 	seen := map[string]Replica{}
 	for _, s := range sl {
 		if s.AddressType != discoveryv1.AddressTypeIPv4 && s.AddressType != discoveryv1.AddressTypeIPv6 {
@@ -59,7 +73,7 @@ func Replicas(sl []discoveryv1.EndpointSlice, portName string) ([]Replica, error
 		}
 		for _, ep := range s.Endpoints {
 			c := ep.Conditions
-			if ep.TargetRef == nil || len(ep.Addresses) == 0 || (c.Ready != nil && !*c.Ready) || (c.Terminating != nil && *c.Terminating) {
+			if ep.TargetRef == nil || len(ep.Addresses) == 0 || !membership.Admits(c.Ready == nil || *c.Ready, c.Terminating != nil && *c.Terminating) {
 				continue
 			}
 			if port == 0 {
@@ -145,11 +159,14 @@ func checkOnce(ctx context.Context, cs kubernetes.Interface, client *http.Client
 	if err != nil {
 		return nil, []string{"listing endpointslices: " + err.Error()}
 	}
-	replicas, err := Replicas(list.Items, o.PortName)
+	replicas, err := ReplicasOf(list.Items, o.PortName, o.Membership)
 	if err != nil {
 		return nil, []string{err.Error()}
 	}
 	if len(replicas) == 0 {
+		if o.Membership == peers.MembershipAlive {
+			return nil, []string{"no replicas (none that is not terminating)"}
+		}
 		return nil, []string{"no ready replicas"}
 	}
 	docs := map[string]peers.Document{}
@@ -195,11 +212,17 @@ func Flags(args []string) (Options, error) {
 	fs.StringVar(&o.Service, "service", "", "the EPP Service")
 	fs.StringVar(&o.Namespace, "namespace", "", "its namespace")
 	fs.StringVar(&o.PortName, "port-name", "http-metrics", "the Service port serving /debug/peers")
+	membership := fs.String("membership", string(peers.MembershipReady), "the replicas' peer membership: ready, or alive (also not-ready replicas, e.g. leader-election standbys)")
 	fs.DurationVar(&o.Timeout, "timeout", time.Minute, "how long to retry")
 	fs.DurationVar(&o.Interval, "interval", 2*time.Second, "pause between rounds")
 	if err := fs.Parse(args); err != nil {
 		return o, fmt.Errorf("check-peers: %w", err)
 	}
+	m, err := peers.ParseMembership(*membership)
+	if err != nil {
+		return o, fmt.Errorf("check-peers: --membership: %w", err)
+	}
+	o.Membership = m
 	switch {
 	case fs.NArg() > 0:
 		return o, fmt.Errorf("check-peers: unexpected argument %q", fs.Arg(0))

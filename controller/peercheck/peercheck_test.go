@@ -33,6 +33,58 @@ func TestReplicas(t *testing.T) {
 	if _, err := peercheck.Replicas([]discoveryv1.EndpointSlice{a}, "http-peers"); err == nil || !strings.Contains(err.Error(), `"http-peers"`) {
 		t.Fatalf("a slice without the port: %v", err)
 	}
+
+	// Membership alive: the not-ready endpoint (a leader-election standby) is a
+	// replica too; the terminating one still is not.
+	got, err = peercheck.ReplicasOf([]discoveryv1.EndpointSlice{a, b}, "http-metrics", peers.MembershipAlive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = nil
+	for _, r := range got {
+		s = append(s, r.ID)
+	}
+	if want := []string{"ns/epp-0", "ns/epp-1", "ns/epp-2", "ns/epp-4"}; !slices.Equal(s, want) {
+		t.Fatalf("alive: replicas %q, want %q", s, want)
+	}
+}
+
+// TestLeaderElectionWithMembershipAlive: the chart's test of an EPP with leader
+// election and membership alive, where the leader is the only ready endpoint and
+// every replica lists the two others. Counted as ready replicas the leader's list
+// is wrong ("peers [ns/epp-1 ns/epp-2], want []", as the chart's helm test failed);
+// counted with the replicas' own membership all three agree.
+func TestLeaderElectionWithMembershipAlive(t *testing.T) {
+	sl := slicegen.Slice("epp-a", slicegen.Ports("http-peers", 9091),
+		slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2", slicegen.NotReady()), slicegen.Pod("epp-2", "10.0.0.3", slicegen.NotReady()))
+	docs := map[string]peers.Document{}
+	for _, self := range []string{"ns/epp-0", "ns/epp-1", "ns/epp-2"} {
+		d := peers.Document{Enabled: true, Synced: ptr.To(true), Peers: []peers.PeerEntry{}}
+		for _, other := range []string{"ns/epp-0", "ns/epp-1", "ns/epp-2"} {
+			if other != self {
+				d.Peers = append(d.Peers, peers.PeerEntry{ID: other})
+			}
+		}
+		docs[self] = d
+	}
+	o, err := peercheck.Flags([]string{"--service=epp", "--namespace=ns", "--port-name=http-peers", "--membership=alive"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, err := peercheck.ReplicasOf([]discoveryv1.EndpointSlice{sl}, o.PortName, o.Membership)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := peercheck.Compare(rs, docs); p != nil || len(rs) != 3 {
+		t.Fatalf("membership alive: %d replicas, problems %q; want 3 that agree", len(rs), p)
+	}
+	rs, err = peercheck.ReplicasOf([]discoveryv1.EndpointSlice{sl}, o.PortName, peers.MembershipReady)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := strings.Join(peercheck.Compare(rs, docs), "; "); p != "ns/epp-0: peers [ns/epp-1 ns/epp-2], want []" {
+		t.Fatalf("membership ready: problems %q", p)
+	}
 }
 
 func TestCompare(t *testing.T) {
@@ -62,8 +114,14 @@ func TestCompare(t *testing.T) {
 
 func TestFlags(t *testing.T) {
 	o, err := peercheck.Flags([]string{"--service=epp", "--namespace=ns", "--port-name=http-peers", "--timeout=30s"})
-	if err != nil || o.Service != "epp" || o.Namespace != "ns" || o.PortName != "http-peers" || o.Timeout.Seconds() != 30 {
+	if err != nil || o.Service != "epp" || o.Namespace != "ns" || o.PortName != "http-peers" || o.Timeout.Seconds() != 30 || o.Membership != peers.MembershipReady {
 		t.Fatalf("Flags = %+v, %v", o, err)
+	}
+	if o, err := peercheck.Flags([]string{"--service=epp", "--namespace=ns", "--membership=alive"}); err != nil || o.Membership != peers.MembershipAlive {
+		t.Fatalf("--membership=alive: %+v, %v", o, err)
+	}
+	if _, err := peercheck.Flags([]string{"--service=epp", "--namespace=ns", "--membership=leader"}); err == nil || !strings.Contains(err.Error(), "--membership") {
+		t.Fatalf("--membership=leader: %v, want an error naming the flag", err)
 	}
 	for _, bad := range [][]string{{"--service=epp"}, {"--service=epp", "--namespace=ns", "--timeout=0s"}, {"--service=epp", "--namespace=ns", "extra"}, {"--servce=epp"}} {
 		if _, err := peercheck.Flags(bad); err == nil || !strings.HasPrefix(err.Error(), "check-peers: ") {
