@@ -10,7 +10,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -81,7 +84,8 @@ func Create(t testing.TB, c client.Client, objs []client.Object) {
 // Restricted proves that objs, all in namespace ns (which must enforce the restricted
 // level), are accepted: a server-side dry run of each with strict field validation,
 // a real create, and a dry-run Pod from every Deployment's template (pod security
-// enforces on Pods, not on Deployments). Any API warning fails the test.
+// enforces on Pods, not on Deployments). Any API warning fails the test. Then it
+// reads the selectors back (SelectPods).
 func Restricted(t testing.TB, c client.Client, w *Warnings, objs []client.Object) {
 	t.Helper()
 	ctx := context.Background()
@@ -106,6 +110,62 @@ func Restricted(t testing.TB, c client.Client, w *Warnings, objs []client.Object
 	}
 	if ws := w.Take(); len(ws) > 0 {
 		t.Fatalf("API server warnings: %v", ws)
+	}
+	SelectPods(t, c, objs)
+}
+
+// SelectPods reads every PodDisruptionBudget, Service and NetworkPolicy of objs back
+// from the API server (as stored, not as rendered) and fails unless its selector
+// selects the pods of the Deployment among objs. A PodDisruptionBudget without a
+// selector (stored as null) protects no pod at all; a Service or policy that selects
+// nothing reaches no pod.
+func SelectPods(t testing.TB, c client.Client, objs []client.Object) {
+	t.Helper()
+	ctx := context.Background()
+	var pods labels.Set
+	for _, o := range objs {
+		if dep, ok := o.(*appsv1.Deployment); ok {
+			pods = dep.Spec.Template.Labels
+		}
+	}
+	if pods == nil {
+		t.Fatal("no Deployment among the objects: nothing to select")
+	}
+	check := func(kind, name string, sel *metav1.LabelSelector) {
+		t.Helper()
+		if sel == nil {
+			t.Fatalf("%s %s, read back from the API server, has no selector: it selects no pod", kind, name)
+		}
+		s, err := metav1.LabelSelectorAsSelector(sel)
+		if err != nil {
+			t.Fatalf("%s %s: selector %v: %v", kind, name, sel, err)
+		}
+		if s.Empty() || !s.Matches(pods) {
+			t.Fatalf("%s %s, read back from the API server, selects %q: not the Deployment's pods %v", kind, name, s, pods)
+		}
+	}
+	for _, o := range objs {
+		key := client.ObjectKeyFromObject(o)
+		switch o.(type) {
+		case *policyv1.PodDisruptionBudget:
+			var got policyv1.PodDisruptionBudget
+			if err := c.Get(ctx, key, &got); err != nil {
+				t.Fatal(err)
+			}
+			check("PodDisruptionBudget", got.Name, got.Spec.Selector)
+		case *corev1.Service:
+			var got corev1.Service
+			if err := c.Get(ctx, key, &got); err != nil {
+				t.Fatal(err)
+			}
+			check("Service", got.Name, &metav1.LabelSelector{MatchLabels: got.Spec.Selector})
+		case *networkingv1.NetworkPolicy:
+			var got networkingv1.NetworkPolicy
+			if err := c.Get(ctx, key, &got); err != nil {
+				t.Fatal(err)
+			}
+			check("NetworkPolicy", got.Name, &got.Spec.PodSelector)
+		}
 	}
 }
 
