@@ -1,6 +1,8 @@
 package charts_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"helm.sh/helm/v3/pkg/action"
@@ -36,5 +38,29 @@ func TestHelmLint(t *testing.T) {
 				t.Errorf("helm lint: %v", err)
 			}
 		})
+	}
+}
+
+// TestHelmLintRefusesAShortProbeInterval: helm lint (which reads the schema) refuses
+// a probe interval below 100ms or of 0, naming the value; it used to pass 50ms.
+func TestHelmLintRefusesAShortProbeInterval(t *testing.T) {
+	dir, err := render.ChartDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"50ms", "0"} {
+		lint := action.NewLint()
+		lint.Strict = true
+		res := lint.Run([]string{dir}, vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.probeInterval", v))
+		var all []string
+		for _, m := range res.Messages {
+			all = append(all, m.Error())
+		}
+		for _, err := range res.Errors {
+			all = append(all, err.Error())
+		}
+		if got := strings.Join(all, "\n"); len(res.Errors) == 0 || !strings.Contains(got, "probeInterval") {
+			t.Errorf("helm lint with probeInterval %q: %s", v, fmt.Sprint(all))
+		}
 	}
 }

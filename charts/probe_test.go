@@ -83,14 +83,23 @@ func TestProbing(t *testing.T) {
 	})
 	// One rule everywhere: the binary and the plugin refuse an interval below 100ms,
 	// so the chart does too (it used to pass 50ms, and the pods then exited).
+	// "0" is no interval either: the plugin exits on it (empty is off). The schema
+	// refuses a one-part duration below 100ms (so helm lint and editors do); the
+	// template refuses any sum below it, with the minimum in the message.
 	t.Run("below 100ms refused, 100ms and compound durations accepted", func(t *testing.T) {
-		for _, v := range []string{"50ms", "99ms", "0.05s", "99999us"} {
+		for _, v := range []string{"50ms", "99ms", "0.05s", "99999us", "0", "0s", "0.001m", "00099ms"} {
+			_, _, err := render.Helm("epp", "team-a", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.probeInterval", v))
+			if err == nil || !strings.Contains(err.Error(), "probeInterval") {
+				t.Errorf("probeInterval %q: %v, want refused naming the value", v, err)
+			}
+		}
+		for _, v := range []string{"50ms40ms", "0s0ms", "0.0016m"} {
 			_, _, err := render.Helm("epp", "team-a", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.probeInterval", v))
 			if err == nil || !strings.Contains(err.Error(), "at least 100ms") || !strings.Contains(err.Error(), "probeInterval") {
 				t.Errorf("probeInterval %q: %v, want refused naming the value and the 100ms minimum", v, err)
 			}
 		}
-		for _, v := range []string{"100ms", "0.1s", "1m30s", "5s", "0"} {
+		for _, v := range []string{"100ms", "0.1s", "1m30s", "5s", "60ms40ms", "0.002m", "100000us"} {
 			if _, _, err := render.Helm("epp", "team-a", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.probeInterval", v)); err != nil {
 				t.Errorf("probeInterval %q refused: %v", v, err)
 			}

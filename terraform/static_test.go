@@ -80,6 +80,7 @@ func TestValidationMessages(t *testing.T) {
 		{"membership", map[string]any{"namespace": "ns", "peer_membership": "leader"}, `peer_membership must be "ready" or "alive"`},
 		{"probe interval", map[string]any{"namespace": "ns", "peer_probe_interval": "5 seconds"}, `peer_probe_interval must be a duration`},
 		{"probe interval below 100ms", map[string]any{"namespace": "ns", "peer_probe_interval": "50ms"}, `peer_probe_interval must be at least 100ms`},
+		{"probe interval 0", map[string]any{"namespace": "ns", "peer_probe_interval": "0"}, `"0" is not off`},
 		{"source", map[string]any{"namespace": "ns", "peer_discovery_source": "gossip"}, `peer_discovery_source must be "endpointslice" or "dns"`},
 		{"chart repository", map[string]any{"namespace": "ns", "chart_repository": "registry.example.com"}, `chart_repository must be an http(s):// or oci:// URL`},
 		{"state sync without peer discovery", map[string]any{"namespace": "ns", "state_sync_enabled": true}, `state_sync_enabled needs peer_discovery_enabled = true`},

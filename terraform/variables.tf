@@ -195,11 +195,12 @@ variable "peer_probe_interval" {
   default     = ""
 
   validation {
-    condition     = can(regex("^(0|([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)?$", var.peer_probe_interval))
-    error_message = "peer_probe_interval must be a duration such as \"5s\" or \"500ms\", or \"\" for off."
+    condition     = can(regex("^(([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)?$", var.peer_probe_interval))
+    error_message = "peer_probe_interval must be a duration such as \"5s\" or \"500ms\", or \"\" for off (\"0\" is not off: the EPP's plugin refuses it)."
   }
 
-  # One rule everywhere: the epp binary, the EPP plugin and the chart refuse less.
+  # One rule everywhere (controller/reachability.MinInterval): the epp binary, the
+  # EPP plugin, the chart's schema and template refuse less.
   validation {
     condition = !can(regex("^([0-9]+(\\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$", var.peer_probe_interval)) || sum(concat([0], [
       for m in regexall("([0-9]+(?:\\.[0-9]+)?)(ns|us|µs|ms|s|m|h)", var.peer_probe_interval) :

@@ -188,6 +188,22 @@ run "rejects_a_probe_interval_below_100ms" {
   expect_failures = [var.peer_probe_interval]
 }
 
+run "rejects_a_probe_interval_of_zero" {
+  command = plan
+  variables {
+    peer_probe_interval = "0"
+  }
+  expect_failures = [var.peer_probe_interval]
+}
+
+run "rejects_a_probe_interval_of_zero_seconds" {
+  command = plan
+  variables {
+    peer_probe_interval = "0s"
+  }
+  expect_failures = [var.peer_probe_interval]
+}
+
 run "rejects_an_unknown_source" {
   command = plan
   variables {
