@@ -371,6 +371,19 @@ func TestDefectsRefusedOrFixed(t *testing.T) {
 			[]string{"router.epp.ports.metrics and router.epp.peerDiscovery.debugPort are both port 9090"}},
 		{"a duplicate port name", vals("router.epp.extraContainerPorts", []any{map[string]any{"name": "http-metrics", "containerPort": 7000}}),
 			[]string{"router.epp.ports.metrics and router.epp.extraContainerPorts[0] both name a port \"http-metrics\""}},
+		// Service ports used to be checked by the API server only, after the rest of
+		// the release was applied.
+		{"an extra Service port on the metrics port", vals("router.extraServicePorts", []any{map[string]any{"name": "http", "port": 9090}}),
+			[]string{"router.epp.ports.metrics and router.extraServicePorts[0] are both port 9090: every port of the EPP Service must differ"}},
+		{"an extra Service port on the peer port", vals("router.epp.peerDiscovery.enabled", true, "router.extraServicePorts", []any{map[string]any{"name": "sync", "port": 9005}}),
+			[]string{"router.epp.peerDiscovery.port and router.extraServicePorts[0] are both port 9005"}},
+		{"an extra Service port on the sidecar's peer view", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar",
+			"router.extraServicePorts", []any{map[string]any{"name": "x", "port": 9091}}),
+			[]string{"router.epp.peerDiscovery.sidecar.ports.metrics and router.extraServicePorts[0] are both port 9091"}},
+		{"an extra Service port named as the chart's", vals("router.epp.peerDiscovery.enabled", true, "router.extraServicePorts", []any{map[string]any{"name": "http-peers", "port": 8081}}),
+			[]string{"router.epp.peerDiscovery.debugPort and router.extraServicePorts[0] both name a port \"http-peers\": the port names of the EPP Service must differ"}},
+		{"two extra Service ports alike", vals("router.extraServicePorts", []any{map[string]any{"name": "a", "port": 8081}, map[string]any{"name": "b", "port": 8081}}),
+			[]string{"router.extraServicePorts[0] and router.extraServicePorts[1] are both port 8081"}},
 		{"sidecar ports clash", vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar", "router.epp.peerDiscovery.sidecar.ports.probes", 8081),
 			[]string{"router.epp.ports.probes and router.epp.peerDiscovery.sidecar.ports.probes are both port 8081"}},
 		{"maxUnavailable not a number or percentage", vals("router.epp.podDisruptionBudget.maxUnavailable", "abc"), []string{"maxUnavailable"}},
@@ -398,6 +411,9 @@ func TestDefectsRefusedOrFixed(t *testing.T) {
 		"tests.timeout 1m30s":           vals("router.epp.peerDiscovery.enabled", true, "router.epp.tests.timeout", "1m30s"),
 		"maxUnavailable 25%":            vals("router.epp.podDisruptionBudget.maxUnavailable", "25%"),
 		"serviceMonitor interval 1m30s": vals("router.epp.serviceMonitor.interval", "1m30s"),
+		// A number the chart's ports use, over another protocol, is another port.
+		"an extra UDP Service port on 9090": vals("router.extraServicePorts", []any{map[string]any{"name": "udp", "port": 9090, "protocol": "UDP"}}),
+		"upstream's extra Service port":     vals("router.epp.peerDiscovery.enabled", true, "router.extraServicePorts", []any{map[string]any{"name": "http", "port": 8081, "protocol": "TCP", "targetPort": 8081}}),
 	} {
 		if _, _, err := render.Helm("epp", "team-a", values); err != nil {
 			t.Errorf("%s refused: %v", name, err)

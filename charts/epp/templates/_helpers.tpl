@@ -331,19 +331,22 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- toYaml $probe }}
 {{- end }}
 
-{{/* Refuses port clashes among the container's ports. Call with a list of dicts {name, port, value} (value: the value path, for the message). */}}
+{{/* Refuses port clashes among the ports of the pod or of the Service. Call with (dict "ports" <list of dicts {name, port, protocol, value}> "of" <"the EPP's pod" or "the EPP Service">) (value: the value path, for the message). */}}
 {{- define "epp.checkPorts" -}}
 {{- $byNumber := dict -}}
 {{- $byName := dict -}}
-{{- range . }}
+{{- $of := .of -}}
+{{- range .ports }}
+{{- /* Ports of other protocols may share a number (53 TCP and 53 UDP). */ -}}
 {{- $n := toString .port }}
+{{- with .protocol }}{{ if ne . "TCP" }}{{ $n = printf "%s/%s" $n . }}{{ end }}{{ end }}
 {{- if hasKey $byNumber $n }}
-{{- fail (printf "%s and %s are both port %s: every port of the EPP's pod must differ" (get $byNumber $n) .value $n) }}
+{{- fail (printf "%s and %s are both port %s: every port of %s must differ" (get $byNumber $n) .value $n $of) }}
 {{- end }}
 {{- $_ := set $byNumber $n .value }}
 {{- if .name }}
 {{- if hasKey $byName .name }}
-{{- fail (printf "%s and %s both name a port %q: port names must differ" (get $byName .name) .value .name) }}
+{{- fail (printf "%s and %s both name a port %q: the port names of %s must differ" (get $byName .name) .value .name $of) }}
 {{- end }}
 {{- $_ := set $byName .name .value }}
 {{- end }}
