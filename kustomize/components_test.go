@@ -155,6 +155,41 @@ func TestComponentsRefuseTheWrongMode(t *testing.T) {
 	}
 }
 
+// TestComponentsRefuseCombinationsThatCannotWork: state-sync-tls without state-sync
+// (TLS settings for a syncer that is not there) and peer-discovery-dns with
+// peer-discovery or peer-discovery-sidecar (an endpointslices Role DNS does not
+// need, two plugins' settings on one EPP) used to build silently; in either order
+// they fail, with a message that names the cause.
+func TestComponentsRefuseCombinationsThatCannotWork(t *testing.T) {
+	alternatives := "peer-discovery-dns and peer-discovery (or peer-discovery-sidecar) are alternatives"
+	for _, tc := range []struct {
+		components []string
+		want       string
+	}{
+		{[]string{"peer-discovery", "state-sync-tls"}, "epp-peer-discovery~1state-sync"},
+		{[]string{"peer-discovery", "state-sync-tls", "state-sync"}, "epp-peer-discovery~1state-sync"},
+		{[]string{"peer-discovery", "peer-discovery-dns"}, alternatives},
+		{[]string{"peer-discovery-dns", "peer-discovery"}, alternatives},
+		{[]string{"peer-discovery-sidecar", "peer-discovery-dns"}, alternatives},
+		{[]string{"peer-discovery-dns", "peer-discovery-sidecar"}, alternatives},
+	} {
+		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\ncomponents:\n"
+		for _, c := range tc.components {
+			k += "  - ../../components/" + c + "\n"
+		}
+		_, err := render.KustomizeOverlay("refused-"+strings.Join(tc.components, "-"), k)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("components %v: %v, want a refusal naming %q", tc.components, err, tc.want)
+		} else {
+			t.Logf("components %v: %v", tc.components, err)
+		}
+	}
+	// Each alone, and state-sync-tls after state-sync, still build.
+	for _, c := range [][]string{{"peer-discovery-dns"}, {"peer-discovery"}, {"peer-discovery-sidecar"}, {"peer-discovery", "state-sync", "state-sync-tls"}} {
+		userOverlay(t, "", "", c...)
+	}
+}
+
 // TestOneVersion: the chart's appVersion is the version of every channel: the
 // kustomize images (base and sidecar component), the version label, and the root
 // module's version that llmdrouter/ requires.
