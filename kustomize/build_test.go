@@ -9,6 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -51,9 +53,9 @@ func userOverlayWith(t *testing.T, namespace, prefix, extra string, components .
 		k += "namespace: " + namespace + "\n"
 	}
 	if prefix != "" {
-		// As the README's overlay: a name prefix comes with its own instance label, so
-		// that two overlays in one namespace never select each other's pods.
-		k += "namePrefix: " + prefix + "\nlabels:\n  - pairs: {app.kubernetes.io/instance: " + prefix + "epp}\n    includeSelectors: true\n"
+		// As the README's overlay: a name prefix and nothing else (the base renames its
+		// instance label with the Deployment).
+		k += "namePrefix: " + prefix + "\n"
 	}
 	objs, err := render.KustomizeOverlay(fmt.Sprintf("user-%s-%s-%s-%d", namespace, prefix, strings.Join(components, "-"), len(extra)), k)
 	if err != nil {
@@ -285,13 +287,15 @@ func TestNamePrefixAndNamespace(t *testing.T) {
 	}
 }
 
-// TestTwoPrefixedOverlaysInOneNamespace: the README's overlay with a name prefix sets
-// its own instance label, so two of them in one namespace select only their own pods
-// (with the base's fixed instance label they selected each other's, and mixed their
-// peer sets).
+// TestTwoPrefixedOverlaysInOneNamespace: two overlays of the base with their own name
+// prefixes and nothing else, in one namespace, select only their own pods: the
+// instance label follows the Deployment's name (with the base's fixed instance label
+// they selected each other's, and mixed their peer sets, unless each overlay set the
+// label itself as the README used to ask). Every selector counts: the Deployment's,
+// the Services', the PodDisruptionBudget's and the NetworkPolicy's.
 func TestTwoPrefixedOverlaysInOneNamespace(t *testing.T) {
-	blue := userOverlay(t, "team-a", "blue-", "peer-discovery")
-	green := userOverlay(t, "team-a", "green-", "peer-discovery")
+	blue := userOverlay(t, "team-a", "blue-", "peer-discovery", "peer-network-policy")
+	green := userOverlay(t, "team-a", "green-", "peer-discovery-dns", "peer-network-policy")
 	podsOf := func(objs []client.Object) labels.Set {
 		return labels.Set(one[*appsv1.Deployment](t, objs).Spec.Template.Labels)
 	}
@@ -305,9 +309,43 @@ func TestTwoPrefixedOverlaysInOneNamespace(t *testing.T) {
 		for _, s := range find[*corev1.Service](t, c.objs) {
 			selectors = append(selectors, labels.SelectorFromSet(s.Spec.Selector))
 		}
+		selectors = append(selectors, labels.SelectorFromSet(one[*policyv1.PodDisruptionBudget](t, c.objs).Spec.Selector.MatchLabels))
+		np := one[*networkingv1.NetworkPolicy](t, c.objs)
+		selectors = append(selectors, labels.SelectorFromSet(np.Spec.PodSelector.MatchLabels), labels.SelectorFromSet(np.Spec.Ingress[0].From[0].PodSelector.MatchLabels))
 		for _, sel := range selectors {
 			if !sel.Matches(c.own) || sel.Matches(c.not) {
 				t.Fatalf("%s: selector %s matches its own pods %v, the other overlay's %v", c.name, sel, sel.Matches(c.own), sel.Matches(c.not))
+			}
+		}
+	}
+}
+
+// TestInstanceLabelFollowsTheName: under a prefix, a suffix or both, every object's
+// instance label and every selector name the renamed Deployment; an overlay that sets
+// the label itself keeps its value.
+func TestInstanceLabelFollowsTheName(t *testing.T) {
+	for _, tc := range []struct{ extra, want string }{
+		{"namePrefix: router-\n", "router-epp"},
+		{"nameSuffix: -blue\n", "epp-blue"},
+		{"namePrefix: router-\nnameSuffix: -blue\n", "router-epp-blue"},
+		{"", "epp"},
+		{"namePrefix: router-\nlabels:\n  - pairs: {app.kubernetes.io/instance: mine}\n    includeSelectors: true\n", "mine"},
+	} {
+		objs := userOverlayWith(t, "team-a", "", tc.extra, "peer-discovery", "peer-network-policy")
+		for _, o := range objs {
+			if got := o.GetLabels()["app.kubernetes.io/instance"]; got != tc.want {
+				t.Errorf("%q: %s instance label %q, want %q", tc.extra, render.Key(o), got, tc.want)
+			}
+		}
+		dep := one[*appsv1.Deployment](t, objs)
+		for what, sel := range map[string]map[string]string{
+			"Deployment selector": dep.Spec.Selector.MatchLabels, "pod template": dep.Spec.Template.Labels,
+			"Service selector":             one[*corev1.Service](t, objs).Spec.Selector,
+			"PodDisruptionBudget selector": one[*policyv1.PodDisruptionBudget](t, objs).Spec.Selector.MatchLabels,
+			"NetworkPolicy podSelector":    one[*networkingv1.NetworkPolicy](t, objs).Spec.PodSelector.MatchLabels,
+		} {
+			if sel["app.kubernetes.io/instance"] != tc.want {
+				t.Errorf("%q: %s %v, want instance %q", tc.extra, what, sel, tc.want)
 			}
 		}
 	}
