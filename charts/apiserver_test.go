@@ -87,7 +87,7 @@ func TestRBACOfTheRenderedServiceAccount(t *testing.T) {
 	elsewhere := accept.RestrictedNamespace(t, env, "rbac-elsewhere")
 	sidecar := accept.RestrictedNamespace(t, env, "rbac-sidecar")
 	shared := accept.RestrictedNamespace(t, env, "rbac-shared")
-	for ns, values := range map[string]map[string]any{on: vals("router.epp.peerDiscovery.enabled", true), off: nil,
+	for ns, values := range map[string]map[string]any{on: vals("router.epp.peerDiscovery.enabled", true), off: vals("router.monitoring.prometheus.auth.enabled", false),
 		sidecar: vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar"),
 		shared:  vals("router.epp.peerDiscovery.enabled", true, "router.epp.serviceAccount.create", false, "router.epp.serviceAccount.name", "shared"),
 	} {
@@ -141,12 +141,24 @@ func TestRBACOfTheRenderedServiceAccount(t *testing.T) {
 	}
 	for _, r := range []struct{ verb, group, resource string }{
 		{"get", "", "secrets"}, {"list", "", "secrets"}, {"create", "", "pods"}, {"delete", "", "pods"},
-		{"list", "", "endpoints"}, {"list", "", "services"}, {"create", "authentication.k8s.io", "tokenreviews"},
-		{"update", "coordination.k8s.io", "leases"},
+		{"list", "", "endpoints"}, {"list", "", "services"}, {"update", "coordination.k8s.io", "leases"},
 	} {
 		if can(on, r.verb, r.group, r.resource, on) {
 			t.Errorf("enabled: can %s %s", r.verb, r.resource)
 		}
+	}
+	// Metrics auth (the default): TokenReviews and SubjectAccessReviews, which are
+	// cluster-scoped, and nothing else cluster-wide; off: neither.
+	for _, r := range []struct{ group, resource string }{{"authentication.k8s.io", "tokenreviews"}, {"authorization.k8s.io", "subjectaccessreviews"}} {
+		if !can(on, "create", r.group, r.resource, "") {
+			t.Errorf("metrics auth on: cannot create %s", r.resource)
+		}
+		if can(off, "create", r.group, r.resource, "") {
+			t.Errorf("metrics auth off: can create %s", r.resource)
+		}
+	}
+	if can(on, "list", "", "pods", "") || can(on, "list", "", "secrets", "") {
+		t.Error("metrics auth on: the EPP can list pods or secrets cluster-wide")
 	}
 	if can(sidecar, "list", "", "pods", sidecar) {
 		t.Error("sidecar: the ServiceAccount can list pods: the EPP is the user's, the chart grants only the peer Role")

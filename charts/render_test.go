@@ -106,9 +106,9 @@ func servicePorts(s *corev1.Service) map[string]int32 {
 }
 
 // eppArgs are the args of llm-d-router's EPP with the chart's defaults: peer
-// discovery never adds a flag.
+// discovery never adds a flag; metrics auth is on, as upstream's default.
 var eppArgs = []string{"--config-file=/config/default-plugins.yaml", "--endpoint-selector=app.kubernetes.io/component=model-server",
-	"--endpoint-target-ports=8000", "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=false"}
+	"--endpoint-target-ports=8000", "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=true"}
 
 // pluginConfig is the EPP configuration the EPP reads, decoded.
 func pluginConfig(t *testing.T, r rendered) map[string]any {
@@ -206,7 +206,7 @@ func TestRender(t *testing.T) {
 		{name: "an InferencePool instead of the endpoint selector",
 			values: vals("router.inferencePool.name", "pool-a"),
 			wantArgs: []string{"--config-file=/config/default-plugins.yaml", "--pool-name=pool-a", "--pool-namespace=team-a", "--pool-group=inference.networking.k8s.io",
-				"--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=false"}, wantPDB: true, wantReplica: 3},
+				"--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=true"}, wantPDB: true, wantReplica: 3},
 		{name: "extra env with valueFrom",
 			values: vals("router.epp.env", []any{
 				map[string]any{"name": "HF_TOKEN", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "hf", "key": "token"}}},
@@ -233,7 +233,7 @@ func TestRender(t *testing.T) {
 			slicesSource := tc.pluginType == "endpointslice-peer-discovery"
 
 			// Kinds and names.
-			want := []string{"ConfigMap/team-a/epp-config", "Deployment/team-a/epp", "Role/team-a/epp", "RoleBinding/team-a/epp", "Service/team-a/epp", "ServiceAccount/team-a/epp"}
+			want := []string{"ClusterRoleBinding//epp-team-a-metrics-auth", "ConfigMap/team-a/epp-config", "Deployment/team-a/epp", "Role/team-a/epp", "RoleBinding/team-a/epp", "Service/team-a/epp", "ServiceAccount/team-a/epp"}
 			if tc.wantPDB {
 				want = append(want, "PodDisruptionBudget/team-a/epp")
 			}
@@ -272,8 +272,14 @@ func TestRender(t *testing.T) {
 					}
 				}
 			}
-			if n := count[*rbacv1.ClusterRole](r) + count[*rbacv1.ClusterRoleBinding](r); n != 0 {
-				t.Fatalf("%d cluster-scoped RBAC objects rendered", n)
+			// Cluster-wide only what metrics auth needs: the EPP's ServiceAccount bound
+			// to system:auth-delegator (TokenReviews, SubjectAccessReviews).
+			if n := count[*rbacv1.ClusterRole](r); n != 0 {
+				t.Fatalf("%d ClusterRoles rendered", n)
+			}
+			crb := only[*rbacv1.ClusterRoleBinding](t, r)
+			if crb.RoleRef.Name != "system:auth-delegator" || len(crb.Subjects) != 1 || crb.Subjects[0].Name != "epp" || crb.Subjects[0].Namespace != "team-a" {
+				t.Fatalf("ClusterRoleBinding %s: %+v -> %+v, want system:auth-delegator for team-a/epp", crb.Name, crb.Subjects, crb.RoleRef)
 			}
 
 			// The EPP configuration: the plugin and its pluginRef iff enabled.

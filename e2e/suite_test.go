@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/localcluster"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
@@ -116,6 +117,13 @@ func run(m *testing.M) (int, error) {
 	}
 	if clientset, err = kubernetes.NewForConfig(cfg); err != nil {
 		return 0, err
+	}
+	// llm-d-router's EPP checks a token on /metrics (the chart's default, as
+	// upstream's): the suite reads metrics as a ServiceAccount allowed only that.
+	unread, err := peerview.ReadMetricsAs(context.Background(), clientset)
+	defer unread()
+	if err != nil {
+		return 0, fmt.Errorf("a metrics reader: %w", err)
 	}
 
 	// Stop everything the suite started on Ctrl-C, and before go test's own timeout

@@ -1,6 +1,7 @@
 package kustomize_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/accept"
@@ -22,7 +23,8 @@ func TestOverlaysAcceptedUnderRestrictedPodSecurity(t *testing.T) {
 		{"state-sync", true, []string{"peer-discovery", "state-sync", "peer-network-policy"}},
 		{"state-sync-tls", true, []string{"peer-discovery", "state-sync", "state-sync-tls"}},
 		// DNS SRV discovery needs no RBAC: no endpointslices rule.
-		{"dns", false, []string{"peer-discovery-dns"}}} {
+		{"dns", false, []string{"peer-discovery-dns"}},
+		{"metrics-auth", true, []string{"peer-discovery", "metrics-auth"}}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ns := accept.RestrictedNamespace(t, env, "kust-"+tc.name)
 			objs := userOverlay(t, ns, "", tc.components...)
@@ -32,6 +34,12 @@ func TestOverlaysAcceptedUnderRestrictedPodSecurity(t *testing.T) {
 			}
 			if !tc.enabled && accept.Can(t, env, ns, "epp", "list", "discovery.k8s.io", "endpointslices", ns) {
 				t.Fatal("without the component the ServiceAccount can list endpointslices")
+			}
+			// Metrics auth: the EPP may create TokenReviews and SubjectAccessReviews
+			// (cluster-scoped) only with the metrics-auth component.
+			auth := slices.Contains(tc.components, "metrics-auth")
+			if got := accept.Can(t, env, ns, "epp", "create", "authentication.k8s.io", "tokenreviews", ""); got != auth {
+				t.Fatalf("the ServiceAccount can create tokenreviews: %v, want %v", got, auth)
 			}
 		})
 	}

@@ -289,3 +289,25 @@ func TestSidecarOverlay(t *testing.T) {
 		t.Fatalf("%d ConfigMaps: the EPP is the user's, the base's configuration for llm-d-router's EPP goes", n)
 	}
 }
+
+// TestMetricsAuthComponent: metrics-auth turns llm-d-router's metrics auth on, as the
+// chart's default: the flag, and the ServiceAccount of the overlay's namespace bound
+// to system:auth-delegator; the base serves plain metrics with no cluster-scoped RBAC.
+func TestMetricsAuthComponent(t *testing.T) {
+	objs := userOverlay(t, "team-a", "router-", "peer-discovery", "metrics-auth")
+	epp := eppContainer(t, one[*appsv1.Deployment](t, objs).Spec.Template.Spec.Containers)
+	if !slices.Contains(epp.Args, "--metrics-endpoint-auth=true") || slices.Contains(epp.Args, "--metrics-endpoint-auth=false") {
+		t.Fatalf("args %v: want metrics auth on", epp.Args)
+	}
+	crb := one[*rbacv1.ClusterRoleBinding](t, objs)
+	want := rbacv1.ClusterRoleBinding{
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:auth-delegator"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: "router-epp", Namespace: "team-a"}},
+	}
+	if crb.Name != "router-epp-metrics-auth" || !cmp.Equal(want.RoleRef, crb.RoleRef) || !cmp.Equal(want.Subjects, crb.Subjects) {
+		t.Fatalf("ClusterRoleBinding %s: %+v %+v", crb.Name, crb.RoleRef, crb.Subjects)
+	}
+	if diff := cmp.Diff(one[*corev1.ServiceAccount](t, objs).Labels, crb.Labels); diff != "" {
+		t.Fatalf("ClusterRoleBinding labels (-base +binding):\n%s", diff)
+	}
+}

@@ -126,7 +126,14 @@ func views(objs []client.Object) map[string]view {
 		case *networkingv1.NetworkPolicy:
 			v.PolicySelector, v.PolicyTypes, v.Ingress = &o.Spec.PodSelector, o.Spec.PolicyTypes, o.Spec.Ingress
 		}
-		out[render.Key(o)] = v
+		key := render.Key(o)
+		if crb, ok := o.(*rbacv1.ClusterRoleBinding); ok {
+			// Cluster-wide names: the chart's carry the namespace (two releases of one
+			// name in two namespaces), kustomize's cannot (it is the overlay's).
+			v.RoleRef, v.Subjects = &crb.RoleRef, crb.Subjects
+			key = "ClusterRoleBinding//" + strings.Replace(crb.Name, "-team-a-", "-", 1)
+		}
+		out[key] = v
 	}
 	return out
 }
@@ -168,32 +175,39 @@ func TestParityWithHelm(t *testing.T) {
 		peerDiscovery         map[string]any // chart values under router.epp.peerDiscovery
 		components            []string
 		stateSync             map[string]any // chart values under router.epp.stateSync
+		metricsAuth           bool           // the chart's default; kustomize: the metrics-auth component
 	}{
-		{"off", "epp", "", nil, nil, nil},
-		{"on", "epp", "", map[string]any{"enabled": true}, []string{"peer-discovery"}, nil},
-		{"on, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true}, []string{"peer-discovery"}, nil},
-		{"off, release router = namePrefix router-", "router", "router-", nil, nil, nil},
-		{"on, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive"}, []string{"peer-discovery", "peer-membership-alive"}, nil},
-		{"dns", "epp", "", map[string]any{"enabled": true, "source": "dns"}, []string{"peer-discovery-dns"}, nil},
-		{"dns, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "source": "dns"}, []string{"peer-discovery-dns"}, nil},
-		{"sidecar", "epp", "", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}, nil},
+		{"off", "epp", "", nil, nil, nil, false},
+		{"on", "epp", "", map[string]any{"enabled": true}, []string{"peer-discovery"}, nil, false},
+		{"on, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true}, []string{"peer-discovery"}, nil, false},
+		{"off, release router = namePrefix router-", "router", "router-", nil, nil, nil, false},
+		{"on, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive"}, []string{"peer-discovery", "peer-membership-alive"}, nil, false},
+		{"dns", "epp", "", map[string]any{"enabled": true, "source": "dns"}, []string{"peer-discovery-dns"}, nil, false},
+		{"dns, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "source": "dns"}, []string{"peer-discovery-dns"}, nil, false},
+		{"sidecar", "epp", "", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}, nil, false},
 		{"sidecar, membership alive", "epp", "", map[string]any{"enabled": true, "mode": "sidecar", "membership": "alive"},
-			[]string{"peer-discovery-sidecar", "peer-membership-alive-sidecar"}, nil},
-		{"sidecar, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}, nil},
+			[]string{"peer-discovery-sidecar", "peer-membership-alive-sidecar"}, nil, false},
+		{"sidecar, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true, "mode": "sidecar"}, []string{"peer-discovery-sidecar"}, nil, false},
 		{"probing and network policy", "epp", "", map[string]any{"enabled": true, "probeInterval": "5s", "networkPolicy": map[string]any{"enabled": true}},
-			[]string{"peer-discovery", "peer-probe", "peer-network-policy"}, nil},
+			[]string{"peer-discovery", "peer-probe", "peer-network-policy"}, nil, false},
 		{"probing, membership alive", "epp", "", map[string]any{"enabled": true, "membership": "alive", "probeInterval": "5s"},
-			[]string{"peer-discovery", "peer-membership-alive", "peer-probe"}, nil},
+			[]string{"peer-discovery", "peer-membership-alive", "peer-probe"}, nil, false},
 		{"sidecar, probing and network policy", "epp", "", map[string]any{"enabled": true, "mode": "sidecar", "probeInterval": "5s", "networkPolicy": map[string]any{"enabled": true}},
-			[]string{"peer-discovery-sidecar", "peer-probe-sidecar", "peer-network-policy"}, nil},
-		{"state sync", "epp", "", map[string]any{"enabled": true}, []string{"peer-discovery", "state-sync"}, map[string]any{"enabled": true}},
-		{"state sync, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true}, []string{"peer-discovery", "state-sync"}, map[string]any{"enabled": true}},
+			[]string{"peer-discovery-sidecar", "peer-probe-sidecar", "peer-network-policy"}, nil, false},
+		{"state sync", "epp", "", map[string]any{"enabled": true}, []string{"peer-discovery", "state-sync"}, map[string]any{"enabled": true}, false},
+		{"state sync, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true}, []string{"peer-discovery", "state-sync"}, map[string]any{"enabled": true}, false},
 		{"state sync with mTLS, probing and network policy", "epp", "", map[string]any{"enabled": true, "probeInterval": "5s", "networkPolicy": map[string]any{"enabled": true}},
 			[]string{"peer-discovery", "peer-probe", "peer-network-policy", "state-sync", "state-sync-tls"},
-			map[string]any{"enabled": true, "tls": map[string]any{"secretName": "epp-peer-sync-tls"}}},
+			map[string]any{"enabled": true, "tls": map[string]any{"secretName": "epp-peer-sync-tls"}}, false},
+		{"metrics auth", "epp", "", nil, []string{"metrics-auth"}, nil, true},
+		{"metrics auth, peer discovery, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true},
+			[]string{"peer-discovery", "metrics-auth"}, nil, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var values map[string]any
+			// The base serves plain metrics (a ClusterRoleBinding needs the overlay's
+			// namespace); the chart checks tokens by default, as upstream.
+			router := map[string]any{"monitoring": map[string]any{"prometheus": map[string]any{"auth": map[string]any{"enabled": tc.metricsAuth}}}}
+			values := map[string]any{"router": router}
 			extra := ""
 			if tc.peerDiscovery != nil {
 				epp := map[string]any{"peerDiscovery": tc.peerDiscovery}
@@ -204,7 +218,7 @@ func TestParityWithHelm(t *testing.T) {
 					sidecarStandInValues(epp)
 					extra = sidecarStandIn
 				}
-				values = map[string]any{"router": map[string]any{"epp": epp}}
+				router["epp"] = epp
 			}
 			helm, err := render.HelmObjects(tc.release, "team-a", values)
 			if err != nil {

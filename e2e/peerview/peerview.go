@@ -17,7 +17,9 @@ import (
 	"strings"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -219,7 +221,53 @@ func Table(s State, views map[string]View) string {
 	return b.String()
 }
 
-// FetchMetrics reads /metrics from addr (a loopback address, as Fetch).
+// metricsToken is the bearer token FetchMetrics sends (ReadMetricsAs).
+var metricsToken string
+
+// metricsReader names the ServiceAccount, ClusterRole and ClusterRoleBinding of
+// ReadMetricsAs.
+const metricsReader = "e2e-metrics-reader"
+
+// ReadMetricsAs makes FetchMetrics authenticate as a ServiceAccount that may GET
+// /metrics and nothing else (default/e2e-metrics-reader, a ClusterRole and its
+// binding, a token from the TokenRequest API): llm-d-router's EPP checks a token on
+// /metrics (the chart's default, as upstream's). It returns a function that deletes
+// what it made.
+func ReadMetricsAs(ctx context.Context, cs kubernetes.Interface) (func(), error) {
+	meta := metav1.ObjectMeta{Name: metricsReader}
+	cleanup := func() {
+		ctx := context.Background()
+		_ = cs.RbacV1().ClusterRoleBindings().Delete(ctx, metricsReader, metav1.DeleteOptions{})
+		_ = cs.RbacV1().ClusterRoles().Delete(ctx, metricsReader, metav1.DeleteOptions{})
+		_ = cs.CoreV1().ServiceAccounts("default").Delete(ctx, metricsReader, metav1.DeleteOptions{})
+	}
+	cleanup()
+	if _, err := cs.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: meta}, metav1.CreateOptions{}); err != nil {
+		return cleanup, err
+	}
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: meta,
+		Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}}, metav1.CreateOptions{}); err != nil {
+		return cleanup, err
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: meta,
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: metricsReader},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: metricsReader, Namespace: "default"}}}, metav1.CreateOptions{}); err != nil {
+		return cleanup, err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts("default").CreateToken(ctx, metricsReader, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(2 * 3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		return cleanup, err
+	}
+	metricsToken = tr.Status.Token
+	return cleanup, nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// FetchMetrics reads /metrics from addr (a loopback address, as Fetch), with the
+// token of ReadMetricsAs when it was called; anything but 200 is an error (a 401
+// body is no metrics).
 func FetchMetrics(ctx context.Context, addr string) (string, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -232,12 +280,18 @@ func FetchMetrics(ctx context.Context, addr string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if metricsToken != "" {
+		req.Header.Set("Authorization", "Bearer "+metricsToken)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return "", err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s/metrics: %s", addr, resp.Status)
+	}
 	return string(b), err
 }
 

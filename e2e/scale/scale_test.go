@@ -89,6 +89,12 @@ func TestThousandPodsRollingRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// llm-d-router's EPP checks a token on /metrics (the chart's default).
+	unread, err := peerview.ReadMetricsAs(ctx, cs)
+	defer unread()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	// The chart, 3 replicas, each a bin/epp-llmd process.
 	helm(t, "install", release, filepath.Join(root, "charts", "epp"), "--namespace", ns, "--wait", "--timeout", "3m",

@@ -211,12 +211,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
-{{/* A flags map rendered as args, sorted by name; managed flags are refused. Call with (dict "flags" <map> "path" <value path> "managed" <list>). */}}
+{{/* A flags map rendered as args, sorted by name; managed flags are refused, naming the value that sets each. Call with (dict "flags" <map> "path" <value path> "managed" <dict flag: the value to use instead>). */}}
 {{- define "epp.userFlags" -}}
 {{- $flags := .flags | default dict }}
 {{- range $name := keys $flags | sortAlpha }}
-{{- if has $name $.managed }}
-{{- fail (printf "%s.%s is set by the chart: use the chart's values for it (router.epp.ports, router.modelServers, router.inferencePool, router.epp.leaderElection, router.epp.peerDiscovery)" $.path $name) }}
+{{- if hasKey $.managed $name }}
+{{- fail (printf "%s.%s is set by the chart: use %s" $.path $name (get $.managed $name)) }}
 {{- end }}
 {{- $value := get $flags $name }}
 {{- if kindIs "bool" $value }}
@@ -229,14 +229,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- end }}
 
-{{/* The flags of the epp binary the chart sets, refused in the sidecar's flags map. */}}
+{{/* The flags of the epp binary the chart sets, refused in the sidecar's flags map, with the value that sets each. */}}
 {{- define "epp.binaryManagedFlags" -}}
-{{- list "enable-peer-discovery" "epp-peer-service" "epp-peer-file" "epp-peer-dns" "epp-peer-port-name" "epp-peer-port" "epp-peer-membership" "epp-peer-snapshot-file" "epp-peer-probe-interval" "peer-sync-bind-address" "metrics-bind-address" "health-probe-bind-address" "pool-namespace" | toJson }}
+{{- $pd := "router.epp.peerDiscovery" -}}
+{{- dict "enable-peer-discovery" (printf "%s.enabled" $pd) "epp-peer-service" (printf "%s.serviceName" $pd) "epp-peer-file" "nothing: the sidecar writes the file the EPP reads" "epp-peer-dns" (printf "%s.source=dns" $pd) "epp-peer-port-name" (printf "%s.portName" $pd) "epp-peer-port" (printf "%s.port" $pd) "epp-peer-membership" (printf "%s.membership" $pd) "epp-peer-snapshot-file" "nothing: the chart sets it to the shared file" "epp-peer-probe-interval" (printf "%s.probeInterval" $pd) "peer-sync-bind-address" "nothing: the EPP container owns the peer-sync port" "metrics-bind-address" (printf "%s.sidecar.ports.metrics" $pd) "health-probe-bind-address" (printf "%s.sidecar.ports.probes" $pd) "pool-namespace" "the release's namespace" | toJson }}
 {{- end }}
 
 {{/* The args of llm-d-router's EPP (mode epp): the chart's flags, then the user's flags sorted by name, then the user's args. */}}
 {{- define "epp.eppArgs" -}}
-{{- $epp := .Values.router.epp -}}
+{{- $epp := include "epp.values" . | fromJson -}}
 - --config-file=/config/{{ $epp.pluginsConfigFile }}
 {{- if .Values.router.inferencePool.name }}
 - --pool-name={{ .Values.router.inferencePool.name }}
@@ -263,11 +264,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - --grpc-port={{ $epp.ports.extProc }}
 - --grpc-health-port={{ $epp.ports.grpcHealth }}
 - --metrics-port={{ $epp.ports.metrics }}
-- --metrics-endpoint-auth=false
+- --metrics-endpoint-auth={{ include "epp.metricsAuth" . | eq "true" }}
 {{- if $epp.leaderElection }}
 - --ha-enable-leader-election
 {{- end }}
-{{- $managed := list "config-file" "endpoint-selector" "endpoint-target-ports" "pool-name" "pool-namespace" "pool-group" "grpc-port" "grpc-health-port" "metrics-port" "metrics-endpoint-auth" "ha-enable-leader-election" }}
+{{- if and (eq (toString (dig "tracing" "enabled" "" .Values.router)) "false") (not (hasKey ($epp.flags | default dict) "tracing")) }}
+- --tracing=false
+{{- end }}
+{{- $pool := "router.inferencePool.name (standalone: router.modelServers.matchLabels)" }}
+{{- $managed := dict "config-file" "router.epp.pluginsConfigFile and router.epp.pluginsCustomConfig" "endpoint-selector" "router.modelServers.matchLabels" "endpoint-target-ports" "router.modelServers.targetPorts" "pool-name" $pool "pool-namespace" $pool "pool-group" "router.inferencePool.group" "grpc-port" "router.epp.ports.extProc" "grpc-health-port" "router.epp.ports.grpcHealth" "metrics-port" "router.epp.ports.metrics" "metrics-endpoint-auth" "router.monitoring.prometheus.auth.enabled" "ha-enable-leader-election" "router.epp.leaderElection" }}
 {{- include "epp.userFlags" (dict "flags" $epp.flags "path" "router.epp.flags" "managed" $managed) }}
 {{- with $epp.args }}
 {{ toYaml . }}
@@ -281,7 +286,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - --health-probe-bind-address=:{{ $sc.ports.probes }}
 {{- include "epp.peerFlags" . }}
 - --epp-peer-snapshot-file={{ include "epp.peersDir" . }}/peers.json
-{{- include "epp.userFlags" (dict "flags" $sc.flags "path" "router.epp.peerDiscovery.sidecar.flags" "managed" (include "epp.binaryManagedFlags" . | fromJsonArray)) }}
+{{- include "epp.userFlags" (dict "flags" $sc.flags "path" "router.epp.peerDiscovery.sidecar.flags" "managed" (include "epp.binaryManagedFlags" . | fromJson)) }}
 {{- end }}
 
 {{/* The env that turns reachability probing on, for the container that runs discovery. */}}
@@ -391,4 +396,71 @@ schedulingProfiles:
       - pluginRef: active-request-scorer
         weight: 2
       {{- end }}
+{{- end }}
+
+{{/* Metrics auth on (mode epp: llm-d-router's EPP checks every /metrics request's token, as upstream's default)? */}}
+{{- define "epp.metricsAuth" -}}
+{{- if and (not (include "epp.sidecar" .)) (ne (toString (dig "monitoring" "prometheus" "auth" "enabled" true .Values.router)) "false") }}true{{ end }}
+{{- end }}
+
+{{/* The ServiceMonitor is rendered: router.epp.serviceMonitor (when the cluster serves the API, or forced), or llm-d-router-standalone's router.monitoring.prometheus.enabled (always, as there). */}}
+{{- define "epp.serviceMonitor" -}}
+{{- $sm := .Values.router.epp.serviceMonitor -}}
+{{- if or (dig "monitoring" "prometheus" "enabled" false .Values.router) (and $sm.enabled (or $sm.force (.Capabilities.APIVersions.Has "monitoring.coreos.com/v1/ServiceMonitor"))) }}true{{ end }}
+{{- end }}
+
+{{/* The ServiceAccount whose token the ServiceMonitor scrapes with (metrics auth on), allowed nothing but GET /metrics; and its token Secret. */}}
+{{- define "epp.metricsReader" -}}
+{{- printf "%s-metrics-reader" (include "epp.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- define "epp.metricsReaderSecret" -}}
+{{- dig "monitoring" "prometheus" "auth" "secretName" "" .Values.router | default (include "epp.metricsReader" .) }}
+{{- end }}
+
+{{/* A cluster-wide name for this release's cluster-scoped RBAC: full name and namespace, so that releases of one name in two namespaces never share it. Call with (list $ <suffix>). */}}
+{{- define "epp.clusterName" -}}
+{{- $root := index . 0 -}}
+{{- printf "%s-%s-%s" (include "epp.fullname" $root) $root.Release.Namespace (index . 1) | trunc 253 | trimSuffix "-" }}
+{{- end }}
+
+{{/* router.epp with the values of llm-d-router-standalone that mean the same folded in (extProcPort, grpcHealthPort, router.metricsPort, volumes, volumeMounts), as JSON. A port set both ways differently is refused. */}}
+{{- define "epp.values" -}}
+{{- $epp := deepCopy .Values.router.epp -}}
+{{- $ports := $epp.ports -}}
+{{- range $alias := list (list $epp "extProcPort" "extProc" 9002 "router.epp.extProcPort") (list $epp "grpcHealthPort" "grpcHealth" 9003 "router.epp.grpcHealthPort") (list $.Values.router "metricsPort" "metrics" 9090 "router.metricsPort") }}
+{{- $in := index $alias 0 }}{{ $from := index $alias 1 }}{{ $to := index $alias 2 }}{{ $default := index $alias 3 }}{{ $path := index $alias 4 }}
+{{- $v := index $in $from }}
+{{- if not (kindIs "invalid" $v) }}
+{{- $have := int (index $ports $to) }}
+{{- if and (ne $have $default) (ne $have (int $v)) }}
+{{- fail (printf "%s=%v and router.epp.ports.%s=%v: one port, two values (%s is llm-d-router-standalone's name of router.epp.ports.%s): set one" $path $v $to $have $path $to) }}
+{{- end }}
+{{- $_ := set $ports $to (int $v) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $epp "extraVolumes" (concat ($epp.extraVolumes | default list) ($epp.volumes | default list)) }}
+{{- $_ := set $epp "extraVolumeMounts" (concat ($epp.extraVolumeMounts | default list) ($epp.volumeMounts | default list)) }}
+{{- toJson $epp }}
+{{- end }}
+
+{{/* Values of llm-d-router-standalone that this chart cannot honor are refused, pointing to the table in the README (values that mean the same here are folded in by epp.values). */}}
+{{- define "epp.checkUpstreamValues" -}}
+{{- $r := .Values.router -}}
+{{- $refuse := list -}}
+{{- if dig "proxy" "enabled" false $r }}{{ $refuse = append $refuse "router.proxy.enabled=true: this chart deploys no proxy (put one in front of the EPP Service)" }}{{ end }}
+{{- if dig "tokenizer" "enabled" false $r }}{{ $refuse = append $refuse "router.tokenizer.enabled=true: this chart runs no tokenizer sidecar" }}{{ end }}
+{{- if dig "latencyPredictor" "enabled" false $r }}{{ $refuse = append $refuse "router.latencyPredictor.enabled=true: this chart runs no latency predictor" }}{{ end }}
+{{- if $r.inferenceObjectives }}{{ $refuse = append $refuse "router.inferenceObjectives: this chart creates no InferenceObjectives" }}{{ end }}
+{{- if dig "inferencePool" "create" false $r }}{{ $refuse = append $refuse "router.inferencePool.create=true: this chart creates no InferencePool (route for an existing one with router.inferencePool.name)" }}{{ end }}
+{{- with dig "modelServers" "type" "vllm" $r }}{{ if ne . "vllm" }}{{ $refuse = append $refuse (printf "router.modelServers.type=%s: this chart's EPP configuration reads vLLM's metrics (give your own with router.epp.pluginsCustomConfig)" .) }}{{ end }}{{ end }}
+{{- with dig "modelServers" "protocol" "http" $r }}{{ if ne . "http" }}{{ $refuse = append $refuse (printf "router.modelServers.protocol=%s: this chart supports http" .) }}{{ end }}{{ end }}
+{{- if hasKey $r.modelServers "targetPortNumber" }}{{ $refuse = append $refuse "router.modelServers.targetPortNumber: use router.modelServers.targetPorts ([{number: <port>}])" }}{{ end }}
+{{- if dig "parsers" list $r.epp }}{{ $refuse = append $refuse "router.epp.parsers: this chart's EPP configuration selects parsers automatically (name them in router.epp.pluginsCustomConfig)" }}{{ end }}
+{{- $mds := dig "metricsDataSource" dict $r.epp }}
+{{- if or (ne (dig "scheme" "http" $mds) "http") (ne (dig "path" "/metrics" $mds) "/metrics") }}{{ $refuse = append $refuse "router.epp.metricsDataSource other than http and /metrics: configure the metrics-data-source plugin in router.epp.pluginsCustomConfig" }}{{ end }}
+{{- if dig "tracing" "enabled" false $r }}{{ $refuse = append $refuse "router.tracing.enabled=true: this chart renders no OTLP tracing settings (set them with router.epp.flags and router.epp.env)" }}{{ end }}
+{{- with dig "monitoring" "provider" "name" "" $r }}{{ if ne (lower .) "prometheusoperator" }}{{ $refuse = append $refuse (printf "router.monitoring.provider.name=%s: this chart renders a Prometheus Operator ServiceMonitor only" .) }}{{ end }}{{ end }}
+{{- if $refuse }}
+{{- fail (printf "%s; see \"Values of this chart and of llm-d-router-standalone\" in the chart's README (charts/epp/README.md)" (join "; " $refuse)) }}
+{{- end }}
 {{- end }}
