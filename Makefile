@@ -127,8 +127,9 @@ test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (en
 	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/integration/... ./controller/faults/... ./internal/...
 
 .PHONY: test-manifests
-test-manifests: k8s build ## Helm chart and kustomize: renders, schema, lint, parity, acceptance + RBAC on a real API server, and upstream's chart through epp post-render.
-	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && cd charts && UPSTREAM_TREE="$$tree" EPP_BIN=$(BIN)/epp go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
+test-manifests: k8s build $(BIN)/helm $(BIN)/helm4 helm-plugin ## Helm chart and kustomize: renders, schema, lint, parity, acceptance + RBAC on a real API server, and upstream's chart through epp post-render (Helm 3 and the Helm 4 plugin).
+	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && cd charts && UPSTREAM_TREE="$$tree" EPP_BIN=$(BIN)/epp \
+	  HELM3_BIN=$(BIN)/helm HELM4_BIN=$(BIN)/helm4 HELM_PLUGIN_DIR=$(HELM_PLUGIN) go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
 	cd kustomize && go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
 
 .PHONY: test-terraform
@@ -175,6 +176,14 @@ $(BIN)/helm4: hack/tools/helm4/go.mod
 
 .PHONY: helm4
 helm4: $(BIN)/helm4 ## Build Helm 4 (hack/tools/helm4) into bin/helm4.
+
+HELM_PLUGIN := $(BIN)/helm-plugin/epp-post-render
+
+.PHONY: helm-plugin
+helm-plugin: build ## Build the Helm 4 post-renderer plugin epp-post-render (plugin.yaml and bin/epp) into bin/helm-plugin/epp-post-render; install it with `helm plugin install <that folder>`.
+	@mkdir -p $(HELM_PLUGIN)
+	cp charts/epp-post-render/plugin.yaml $(HELM_PLUGIN)/plugin.yaml
+	cp $(BIN)/epp $(HELM_PLUGIN)/epp
 
 $(BIN)/kwok $(BIN)/kwok-stages.yaml: hack/kwok.sh
 	hack/kwok.sh $(BIN)/kwok $(BIN)/kwok-stages.yaml

@@ -15,6 +15,7 @@ cd "$ROOT"
 ROOT_MODULE=$(awk '$1=="module" {print $2; exit}' go.mod)
 NESTED=llmdrouter
 CHART=charts/epp/Chart.yaml
+HELM_PLUGIN=charts/epp-post-render/plugin.yaml
 KUSTOMIZATIONS=(kustomize/base/kustomization.yaml kustomize/components/peer-discovery-sidecar/kustomization.yaml kustomize/overlays/sidecar/kustomization.yaml)
 
 die() { echo "release: $*" >&2; exit 1; }
@@ -36,6 +37,7 @@ set_version() {
   local v=$1
   (cd "$NESTED" && GOWORK=off go mod edit -require="$ROOT_MODULE@v$v")
   sed -i -E 's/^(version: ).*/\1'"$v"'/; s/^(appVersion: ).*/\1"'"$v"'"/' "$CHART"
+  sed -i -E 's/^(version: )[^ ]*/\1'"$v"'/' "$HELM_PLUGIN"
   sed -i -E 's/(newTag: )"[^"]*"/\1"'"$v"'"/; s/(app.kubernetes.io\/version: )"[^"]*"/\1"'"$v"'"/' "${KUSTOMIZATIONS[@]}"
 }
 
@@ -46,6 +48,8 @@ check() {
   [ "$got" = "$v" ] || bad+=("$CHART version is ${got:-missing}")
   got=$(awk '$1=="appVersion:" {gsub(/"/,"",$2); print $2; exit}' "$CHART")
   [ "$got" = "$v" ] || bad+=("$CHART appVersion is ${got:-missing}")
+  got=$(awk '$1=="version:" {print $2; exit}' "$HELM_PLUGIN")
+  [ "$got" = "$v" ] || bad+=("$HELM_PLUGIN version is ${got:-missing}")
   local key
   for f in "${KUSTOMIZATIONS[@]}"; do
     while read -r key got; do

@@ -191,8 +191,8 @@ func TestComponentsRefuseCombinationsThatCannotWork(t *testing.T) {
 }
 
 // TestOneVersion: the chart's appVersion is the version of every channel: the
-// kustomize images (base and sidecar component), the version label, and the root
-// module's version that llmdrouter/ requires.
+// kustomize images (base and sidecar component), the version label, the root
+// module's version that llmdrouter/ requires, and the Helm 4 plugin's.
 func TestOneVersion(t *testing.T) {
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -233,6 +233,14 @@ func TestOneVersion(t *testing.T) {
 	}
 	if !regexp.MustCompile(`(?m)^\s*github\.com/epp-peer-discovery/epp-peer-discovery v` + regexp.QuoteMeta(version) + `$`).Match(gomod) {
 		t.Errorf("llmdrouter/go.mod does not require github.com/epp-peer-discovery/epp-peer-discovery v%s, the chart's appVersion (run make set-version VERSION=%s)", version, version)
+	}
+	// The Helm 4 plugin of epp post-render is released with the rest.
+	plugin, err := os.ReadFile(filepath.Join(root, "charts", "epp-post-render", "plugin.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`(?m)^version: ` + regexp.QuoteMeta(version) + `\b`).Match(plugin) {
+		t.Errorf("charts/epp-post-render/plugin.yaml: version is not the chart's appVersion %s (run make set-version VERSION=%s)", version, version)
 	}
 	// The sidecar overlay runs epp as its stand-in EPP: the same version.
 	for _, ct := range one[*appsv1.Deployment](t, build(t, "/kustomize/overlays/sidecar")).Spec.Template.Spec.Containers {

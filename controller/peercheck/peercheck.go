@@ -77,7 +77,9 @@ func ReplicasOf(sl []discoveryv1.EndpointSlice, portName string, membership peer
 				continue
 			}
 			if port == 0 {
-				return nil, fmt.Errorf("slice %s has no port named %q", s.Name, portName)
+				return nil, fmt.Errorf("EndpointSlice %s of service %s has no port named %q: peer discovery is not deployed there "+
+					"(for a release of llm-d-router's chart: a helm upgrade without the post-renderer removes it; upgrade again with it)",
+					s.Name, s.Labels[discoveryv1.LabelServiceName], portName)
 			}
 			addr, err := netip.ParseAddr(ep.Addresses[0])
 			if err != nil {

@@ -30,7 +30,8 @@ func TestReplicas(t *testing.T) {
 	if !slices.Equal(s, want) {
 		t.Fatalf("replicas %q, want %q", s, want)
 	}
-	if _, err := peercheck.Replicas([]discoveryv1.EndpointSlice{a}, "http-peers"); err == nil || !strings.Contains(err.Error(), `"http-peers"`) {
+	if _, err := peercheck.Replicas([]discoveryv1.EndpointSlice{a}, "http-peers"); err == nil || !strings.Contains(err.Error(), `"http-peers"`) ||
+		!strings.Contains(err.Error(), "peer discovery is not deployed") {
 		t.Fatalf("a slice without the port: %v", err)
 	}
 

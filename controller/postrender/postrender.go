@@ -58,6 +58,16 @@ type Options struct {
 	PortName  string
 	Port      int
 	DebugPort int
+	// HelmTest adds a `helm test` hook: a Pod of the pods' ServiceAccount that runs
+	// `epp check-peers` (image TestImage) against the peer Service, so that
+	// `helm test <release>` proves every replica lists exactly the others. Only Helm
+	// 4 reads hooks from a post-renderer's output (Helm 3 would create the Pod with
+	// the release), so its plugin asks for it.
+	HelmTest bool
+	// TestImage is the image of the epp binary for the hook; empty: epp beside the
+	// EPP's image when that is llm-d-router-epp (<prefix>/epp:<same tag>), else no
+	// hook.
+	TestImage string
 }
 
 // Defaults of Options.
@@ -178,6 +188,11 @@ func Render(in []byte, o Options) ([]byte, error) {
 	annotations := mapAt(meta, "annotations")
 	annotations["epp-peer-discovery/config-sha256"] = hash
 	docs = append(docs, rbac(w, svc.name)...)
+	if o.HelmTest {
+		if img := testImage(o.TestImage, stringOf(c["image"])); img != "" {
+			docs = append(docs, testHook(w, svc.name, o.Membership, img))
+		}
+	}
 	return encode(docs)
 }
 
@@ -450,6 +465,59 @@ func setImage(c object, image string) error {
 	return nil
 }
 
+// testImage is the image of the epp binary for the test hook: given, or beside the
+// EPP's image of llm-d-router's EPP with the plugin (…/llm-d-router-epp:tag gives
+// …/epp:tag), else "".
+func testImage(given, epp string) string {
+	if given != "" {
+		return given
+	}
+	repo, tag, ok := strings.Cut(epp, ":")
+	if !ok || strings.Contains(tag, "/") || path.Base(repo) != "llm-d-router-epp" {
+		return ""
+	}
+	return path.Join(path.Dir(repo), "epp") + ":" + tag
+}
+
+// testHook is the `helm test` Pod: epp check-peers from inside the cluster, with the
+// pods' ServiceAccount (whose Role reads the EndpointSlices) and the replicas'
+// membership; its labels are not the Service's selector (never an endpoint, never a
+// peer). It runs under the restricted pod security level.
+func testHook(w *workload, svc, membership, image string) object {
+	sa, _ := w.pod["serviceAccountName"].(string)
+	if sa == "" {
+		sa = "default"
+	}
+	name := w.name + "-test-peers"
+	if len(name) > 63 {
+		name = strings.TrimRight(name[:63], "-")
+	}
+	meta := object{"name": name, "labels": object{"app.kubernetes.io/component": "test", "app.kubernetes.io/part-of": w.name},
+		"annotations": object{"helm.sh/hook": "test", "helm.sh/hook-delete-policy": "before-hook-creation,hook-succeeded"}}
+	if w.ns != "" {
+		meta["namespace"] = w.ns
+	}
+	args := []any{"check-peers", "--service=" + svc, "--port-name=http-peers", "--membership=" + membership, "--timeout=60s"}
+	if w.ns != "" {
+		args = append(args[:2], append([]any{"--namespace=" + w.ns}, args[2:]...)...)
+	} else {
+		args = append(args, "--namespace=$(NAMESPACE)")
+	}
+	return object{"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": object{
+		"restartPolicy": "Never", "serviceAccountName": sa, "automountServiceAccountToken": true,
+		"securityContext": object{"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "seccompProfile": object{"type": "RuntimeDefault"}},
+		"containers": []any{object{"name": "check-peers", "image": image, "imagePullPolicy": "IfNotPresent", "args": args,
+			"env":             []any{fieldEnv("NAMESPACE", "metadata.namespace")},
+			"securityContext": object{"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true, "capabilities": object{"drop": []any{"ALL"}}},
+			"resources":       object{"requests": object{"cpu": "10m", "memory": "32Mi"}, "limits": object{"memory": "64Mi"}}}},
+	}}
+}
+
+func stringOf(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
 // rbac is the peer-discovery Role and RoleBinding for the pods' ServiceAccount.
 func rbac(w *workload, svc string) []object {
 	sa, _ := w.pod["serviceAccountName"].(string)
@@ -613,6 +681,8 @@ func Flags(args []string, stderr io.Writer) (Options, error) {
 	fs.StringVar(&o.PortName, "port-name", DefaultPortName, "name of the peer-sync port")
 	fs.IntVar(&o.Port, "port", DefaultPort, "number of the peer-sync port")
 	fs.IntVar(&o.DebugPort, "debug-port", DefaultDebugPort, "port of the plugin's /debug/peers (http-peers)")
+	fs.BoolVar(&o.HelmTest, "helm-test", false, "add a `helm test` hook that runs epp check-peers (Helm 4 only: the plugin epp-post-render sets it; Helm 3 does not read hooks from a post-renderer)")
+	fs.StringVar(&o.TestImage, "test-image", "", "image of the epp binary for the --helm-test hook (empty: <prefix>/epp:<tag> beside an --image of <prefix>/llm-d-router-epp:<tag>, else no hook)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -323,3 +323,51 @@ func TestPortsOfAnotherProtocolAreNoClash(t *testing.T) {
 	}
 }
 
+// TestHelmTestHook: with HelmTest (the Helm 4 plugin's --helm-test) the release gets a
+// `helm test` Pod that runs epp check-peers against the peer Service with the
+// replicas' membership (alive under upstream's leader election), beside the EPP's
+// image; without it, or without an epp image to run, none.
+func TestHelmTestHook(t *testing.T) {
+	out, err := postrender.Render([]byte(eppChart), postrender.Options{Image: "reg.example/team/llm-d-router-epp:1.2.3", HelmTest: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod := manifests(t, out)["Pod/rel-epp-test-peers"]
+	if pod == nil {
+		t.Fatalf("no test hook Pod rel-epp-test-peers:\n%s", out)
+	}
+	if at(pod, "metadata", "annotations", "helm.sh/hook") != "test" || at(pod, "metadata", "namespace") != "ns1" ||
+		at(pod, "spec", "serviceAccountName") != "rel-epp" || at(pod, "spec", "restartPolicy") != "Never" {
+		t.Fatalf("hook %v", pod)
+	}
+	c := at(pod, "spec", "containers", 0)
+	if at(c, "image") != "reg.example/team/epp:1.2.3" {
+		t.Errorf("hook image %v, want epp beside the EPP's image", at(c, "image"))
+	}
+	want := []any{"check-peers", "--service=rel-epp", "--namespace=ns1", "--port-name=http-peers", "--membership=alive", "--timeout=60s"}
+	if !equal(at(c, "args"), want) {
+		t.Errorf("hook args %v, want %v", at(c, "args"), want)
+	}
+	if l := at(pod, "metadata", "labels", "app"); l != nil {
+		t.Errorf("the hook carries the Service's selector label app=%v: it would be an endpoint", l)
+	}
+	for _, o := range []postrender.Options{
+		{Image: "reg.example/team/llm-d-router-epp:1.2.3"},
+		{Image: "reg.example/my-epp:1.0", HelmTest: true},
+	} {
+		out, err := postrender.Render([]byte(eppChart), o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if manifests(t, out)["Pod/rel-epp-test-peers"] != nil {
+			t.Errorf("options %+v: a test hook", o)
+		}
+	}
+	out, err = postrender.Render([]byte(eppChart), postrender.Options{Image: "reg.example/my-epp:1.0", HelmTest: true, TestImage: "reg.example/epp:9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img := at(manifests(t, out)["Pod/rel-epp-test-peers"], "spec", "containers", 0, "image"); img != "reg.example/epp:9" {
+		t.Errorf("--test-image: hook image %v", img)
+	}
+}

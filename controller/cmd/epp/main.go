@@ -101,15 +101,31 @@ func checkPeers(args []string) int {
 	return 0
 }
 
+// helmStderr is where a post-render error reaches the user. Helm 3 passes the
+// post-renderer's stderr through; Helm 4 (v4.3.2) runs a postrenderer/v1 plugin with
+// its stderr captured and then drops it, printing only "plugin ... exited with
+// error". As that plugin (HELM_PLUGIN_NAME is set) on Linux, the message is also
+// written to helm's own stderr (its /proc/<ppid>/fd/2), so the user reads why.
+func helmStderr() io.Writer {
+	if os.Getenv("HELM_PLUGIN_NAME") == "" {
+		return os.Stderr
+	}
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/fd/2", os.Getppid()), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return os.Stderr
+	}
+	return io.MultiWriter(os.Stderr, f)
+}
+
 // postRender runs `epp post-render`, a Helm post-renderer: the manifests of an EPP
 // chart on stdin, the same with peer discovery on stdout (see package postrender).
 func postRender(args []string) int {
-	o, err := postrender.Flags(args, os.Stderr)
+	o, err := postrender.Flags(args, helmStderr())
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		return 0
 	case err != nil:
-		fmt.Fprintf(os.Stderr, "epp: post-render: %v\n", err)
+		fmt.Fprintf(helmStderr(), "epp: post-render: %v\n", err)
 		return 2
 	}
 	in, err := io.ReadAll(os.Stdin)
@@ -119,7 +135,7 @@ func postRender(args []string) int {
 	}
 	out, err := postrender.Render(in, o)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "epp: post-render: %v\n", err)
+		fmt.Fprintf(helmStderr(), "epp: post-render: %v\n", err)
 		return 1
 	}
 	if _, err := os.Stdout.Write(out); err != nil {
