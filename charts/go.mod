@@ -6,9 +6,10 @@ require (
 	github.com/epp-peer-discovery/epp-peer-discovery v0.0.0-00010101000000-000000000000
 	github.com/epp-peer-discovery/epp-peer-discovery/e2e v0.0.0-00010101000000-000000000000
 	github.com/google/go-cmp v0.7.0
-	helm.sh/helm/v3 v3.22.0
+	helm.sh/helm/v3 v3.21.4
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
+	k8s.io/client-go v0.37.2
 	sigs.k8s.io/controller-runtime v0.25.2
 	sigs.k8s.io/yaml v1.6.0
 )
@@ -115,7 +116,6 @@ require (
 	k8s.io/apiextensions-apiserver v0.37.2 // indirect
 	k8s.io/apiserver v0.37.2 // indirect
 	k8s.io/cli-runtime v0.37.2 // indirect
-	k8s.io/client-go v0.37.2 // indirect
 	k8s.io/component-base v0.37.2 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect

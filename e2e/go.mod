@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/epp-peer-discovery/epp-peer-discovery v0.0.0-00010101000000-000000000000
 	github.com/gruntwork-io/terratest v1.0.1
-	helm.sh/helm/v3 v3.22.0
+	helm.sh/helm/v3 v3.21.4
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2
