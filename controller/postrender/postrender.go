@@ -316,7 +316,7 @@ func checkPodPorts(w *workload, want map[string]int) error {
 		for _, ct := range objects(w.pod[field]) {
 			for _, p := range objects(ct["ports"]) {
 				for name, n := range want {
-					if tcp(p) && number(p, "containerPort") == n && !(ct["name"] == w.container["name"] && p["name"] == name) {
+					if tcp(p) && number(p, "containerPort") == n && (ct["name"] != w.container["name"] || p["name"] != name) {
 						return fmt.Errorf("%s=%d: container %v of %s already has port %d (%v): pick another %s",
 							flagOf(name), n, ct["name"], w.name, n, p["name"], flagOf(name))
 					}
