@@ -189,13 +189,13 @@ $(BIN)/kwok $(BIN)/kwok-stages.yaml: hack/kwok.sh
 	hack/kwok.sh $(BIN)/kwok $(BIN)/kwok-stages.yaml
 
 .PHONY: e2e-tools
-e2e-tools: build build-llmd k8s $(BIN)/helm $(BIN)/kwok terraform-providers terraform-bin ## Build what the end-to-end suite runs: bin/epp, bin/epp-llmd, the control plane, kubectl, helm, kwok, Terraform providers.
+e2e-tools: build build-llmd k8s $(BIN)/helm $(BIN)/helm4 helm-plugin $(BIN)/kwok terraform-providers terraform-bin ## Build what the end-to-end suite runs: bin/epp, bin/epp-llmd, the control plane, kubectl, helm (3 and 4, with the plugin), kwok, Terraform providers.
 
 .PHONY: e2e-demo-tools
 e2e-demo-tools: build build-llmd k8s $(BIN)/helm $(BIN)/kwok
 
 .PHONY: e2e-local
-e2e-local: e2e-tools ## End to end on a local control plane (no Docker): llm-d-router's EPP by Helm, kustomize, Terraform and upstream's chart with epp post-render; peer discovery on, off and in a sidecar.
+e2e-local: e2e-tools ## End to end on a local control plane (no Docker): llm-d-router's EPP by Helm, kustomize, Terraform and upstream's chart with epp post-render (Helm 3, and Helm 4's plugin); peer discovery on, off and in a sidecar.
 	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && cd e2e && UPSTREAM_TREE="$$tree" TF_CLI_CONFIG_FILE=$(TF_RC) E2E_BACKEND=local go test -tags e2e -count=1 -v -timeout=$(E2E_TIMEOUT) ./...
 
 .PHONY: e2e-scale

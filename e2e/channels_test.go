@@ -7,8 +7,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gruntwork-io/terratest/modules/helm"
@@ -72,7 +74,7 @@ func (ours) workload() workload {
 }
 
 func channels() []channel {
-	return []channel{&helmChannel{}, &kustomizeChannel{}, &terraformChannel{}, &upstreamChannel{}}
+	return []channel{&helmChannel{}, &kustomizeChannel{}, &terraformChannel{}, &upstreamChannel{}, &upstreamHelm4Channel{}}
 }
 
 func kubectlOptions(ns string) *k8s.KubectlOptions {
@@ -229,13 +231,19 @@ func (*upstreamChannel) workload() workload {
 		serviceAccount: upstreamRelease + "-epp", alive: true}
 }
 
-func (u *upstreamChannel) options(t *testing.T, ns string, replicas int) *helm.Options {
+// upstreamImage is llm-d-router's EPP with the plugin, at the chart's appVersion: the
+// post-renderer's --image.
+func upstreamImage(t *testing.T) string {
 	version, err := render.ChartAppVersion()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return llmdRepository + ":" + version
+}
+
+func (u *upstreamChannel) options(t *testing.T, ns string, replicas int) *helm.Options {
 	postRender := []string{"--post-renderer", eppBin, "--post-renderer-args", "post-render",
-		"--post-renderer-args", "--image=" + llmdRepository + ":" + version}
+		"--post-renderer-args", "--image=" + upstreamImage(t)}
 	return &helm.Options{
 		KubectlOptions: kubectlOptions(ns),
 		SetValues: map[string]string{
@@ -267,4 +275,57 @@ func (u *upstreamChannel) scale(t *testing.T, ns string, replicas int) {
 
 func (u *upstreamChannel) uninstall(t *testing.T, ns string) {
 	helm.DeleteContext(t, context.Background(), u.options(t, ns, 0), upstreamRelease, true)
+}
+
+// upstreamHelm4Channel: the same release of llm-d-router's chart with Helm 4
+// (bin/helm4), whose --post-renderer takes a plugin's name, not a path: the plugin
+// epp-post-render (make helm-plugin), installed into a Helm home of the case's own
+// (Helm 3 shares the suite's and need not read a Helm 4 plugin).
+type upstreamHelm4Channel struct {
+	upstreamChannel
+	home string
+}
+
+func (*upstreamHelm4Channel) name() string { return "upstream-helm4" }
+
+// helm runs bin/helm4 against the suite's cluster, failing the test with its output.
+func (u *upstreamHelm4Channel) helm(t *testing.T, args ...string) {
+	t.Helper()
+	if kubeContext != "" {
+		args = append(args, "--kube-context", kubeContext)
+	}
+	cmd := exec.CommandContext(context.Background(), filepath.Join(repoRoot, "bin", "helm4"), args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "HELM_DATA_HOME="+filepath.Join(u.home, "data"),
+		"HELM_CONFIG_HOME="+filepath.Join(u.home, "config"), "HELM_CACHE_HOME="+filepath.Join(u.home, "cache"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("helm4 %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+}
+
+// args are upstreamChannel's values and Helm 4's post-renderer.
+func (u *upstreamHelm4Channel) args(t *testing.T, ns string, replicas int) []string {
+	args := []string{"-n", ns, "--post-renderer", "epp-post-render", "--post-renderer-args", "--image=" + upstreamImage(t)}
+	for k, v := range u.options(t, ns, replicas).SetValues {
+		args = append(args, "--set", k+"="+v)
+	}
+	return args
+}
+
+func (u *upstreamHelm4Channel) install(t *testing.T, ns string, _ mode, replicas int) {
+	chart, err := render.UpstreamChart(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.chart, u.home = chart, t.TempDir()
+	u.helm(t, "plugin", "install", filepath.Join(repoRoot, "bin", "helm-plugin", "epp-post-render"))
+	u.helm(t, append([]string{"install", upstreamRelease, u.chart}, u.args(t, ns, replicas)...)...)
+}
+
+func (u *upstreamHelm4Channel) scale(t *testing.T, ns string, replicas int) {
+	u.helm(t, append([]string{"upgrade", upstreamRelease, u.chart}, u.args(t, ns, replicas)...)...)
+}
+
+func (u *upstreamHelm4Channel) uninstall(t *testing.T, ns string) {
+	u.helm(t, "uninstall", upstreamRelease, "-n", ns, "--wait")
 }
