@@ -9,17 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
 	attrconcurrency "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/attribute/concurrency"
-	"github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/requestcontrol/dataproducer/inflightload"
-	"github.com/llm-d/llm-d-router/pkg/epp/statesync"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/pluginfleet"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peersyncer"
 )
@@ -32,78 +27,20 @@ func init() {
 	peersyncer.Register()
 }
 
-func params(s string) *json.Decoder { return json.NewDecoder(strings.NewReader(s)) }
+var params = pluginfleet.Params
 
-func setEnv(t *testing.T, kv ...string) {
-	for _, k := range []string{"POD_NAME", "POD_IP", "POD_IPS", "NAMESPACE", "POD_NAMESPACE", "EPP_PEER_SYNC_ADDRESS",
-		"EPP_PEER_SYNC_INTERVAL", "EPP_PEER_SYNC_TLS_DIR", "EPP_PEER_DEBUG_ADDRESS", "EPP_PEER_PROBE_INTERVAL"} {
-		t.Setenv(k, "")
-	}
-	for i := 0; i+1 < len(kv); i += 2 {
-		t.Setenv(kv[i], kv[i+1])
-	}
-}
+// eppReplica is one EPP's plugins (pluginfleet).
+type eppReplica struct{ *pluginfleet.Replica }
 
-// eppReplica is one EPP's plugins, built as its configuration loader builds them:
-// from upstream's registry, with a handle, the discovery first.
-type eppReplica struct {
-	name     string
-	handle   fwkplugin.Handle
-	syncer   fwkdl.CrossReplicaSyncer
-	inflight *inflightload.InFlightLoadProducer
-	debug    string
-}
-
-const dnsName = "_peer-sync._tcp.epp-peers.ns.svc.cluster.local"
+const dnsName = pluginfleet.DNSName
 
 // startReplicas starts n replicas on 127.0.0.2.. whose peers come from DNS SRV
 // records served by a test DNS server.
 func startReplicas(t *testing.T, n int, syncerParams string) []*eppReplica {
 	t.Helper()
-	srv, err := dnsserver.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	var recs []dnsserver.SRV
-	ports := make([]int, n)
-	for i := range n {
-		ip := fmt.Sprintf("127.0.0.%d", i+2)
-		ports[i] = testenv.FreePort(ip)
-		host := fmt.Sprintf("epp-%d.epp-peers.ns.svc.cluster.local", i)
-		srv.SetAddrs(host, ip)
-		recs = append(recs, dnsserver.SRV{Target: host, Port: uint16(ports[i])})
-	}
-	srv.SetSRV(dnsName, recs...)
 	var rs []*eppReplica
-	for i := range n {
-		ctx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
-		ip := fmt.Sprintf("127.0.0.%d", i+2)
-		r := &eppReplica{name: fmt.Sprintf("epp-%d", i), debug: testenv.FreeAddr()}
-		setEnv(t, "POD_NAME", r.name, "POD_IP", ip, "NAMESPACE", "ns")
-		r.handle = fwkplugin.NewEppHandle(ctx, nil, fwkplugin.WithMetricsRecorder(prometheus.NewRegistry()))
-		pd, err := fwkplugin.Registry[peerdiscovery.DNSType]("peer-discovery",
-			params(fmt.Sprintf(`{"name": %q, "interval": "1s", "server": %q, "debugAddress": %q, "peerSyncAddress": "%s:%d"}`, dnsName, srv.Addr(), r.debug, ip, ports[i])), r.handle)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.handle.AddPlugin("peer-discovery", pd)
-		p, err := inflightload.InFlightLoadProducerFactory("inflight", nil, r.handle)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.inflight = p.(*inflightload.InFlightLoadProducer)
-		r.handle.AddPlugin("inflight", p)
-		s, err := fwkplugin.Registry[peersyncer.Type]("peer-syncer", params(syncerParams), r.handle)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.syncer = s.(fwkdl.CrossReplicaSyncer)
-		r.handle.AddPlugin("peer-syncer", s)
-		// What the wiring does for dataLayer.peerDiscovery.pluginRef.
-		go func() { _ = pd.(fwkdl.PeerDiscovery).Start(ctx, fwkdl.NewPeerNotifier(statesync.NewMemoryPeerStore())) }()
-		rs = append(rs, r)
+	for _, r := range pluginfleet.New(t, n).StartAll(syncerParams) {
+		rs = append(rs, &eppReplica{r})
 	}
 	return rs
 }
@@ -112,9 +49,9 @@ func startReplicas(t *testing.T, n int, syncerParams string) []*eppReplica {
 // the contributor's fresh local snapshot of the endpoint.
 func (r *eppReplica) publish(t *testing.T, endpoint string, requests int64) {
 	t.Helper()
-	spec := r.inflight.CrossReplicaState()
+	spec := r.Inflight.CrossReplicaState()
 	v := &attrconcurrency.InFlightLoad{Requests: requests, Tokens: 10 * requests}
-	if err := r.syncer.Set(context.Background(), spec.StateKey, endpoint, fwkdl.Cloneable(v)); err != nil {
+	if err := r.Syncer.Set(context.Background(), spec.StateKey, endpoint, fwkdl.Cloneable(v)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -122,8 +59,8 @@ func (r *eppReplica) publish(t *testing.T, endpoint string, requests int64) {
 // load is what the runtime's attribute closure reads: Get with the contributor's
 // own Aggregate (whose type assertions must hold for the peers' values).
 func (r *eppReplica) load(endpoint string) (int64, bool) {
-	spec := r.inflight.CrossReplicaState()
-	v, ok, err := r.syncer.Get(context.Background(), spec.StateKey, endpoint, spec.Aggregate)
+	spec := r.Inflight.CrossReplicaState()
+	v, ok, err := r.Syncer.Get(context.Background(), spec.StateKey, endpoint, spec.Aggregate)
 	if err != nil || !ok {
 		return -1, false
 	}
@@ -138,7 +75,7 @@ func waitLoad(t *testing.T, rs []*eppReplica, endpoint string, want int64) {
 		var wrong []string
 		for _, r := range rs {
 			if got, _ := r.load(endpoint); got != want {
-				wrong = append(wrong, fmt.Sprintf("%s=%d", r.name, got))
+				wrong = append(wrong, fmt.Sprintf("%s=%d", r.Name, got))
 			}
 		}
 		if len(wrong) == 0 {
@@ -165,14 +102,14 @@ func TestInFlightLoadIsSummedAcrossReplicas(t *testing.T) {
 	rs[0].publish(t, ep, 0)
 	waitLoad(t, rs, ep, 5)
 	// Delete on replica 2 (the endpoint left its datastore): its share goes everywhere.
-	if err := rs[2].syncer.Delete(context.Background(), rs[2].inflight.CrossReplicaState().StateKey, ep); err != nil {
+	if err := rs[2].Syncer.Delete(context.Background(), rs[2].Inflight.CrossReplicaState().StateKey, ep); err != nil {
 		t.Fatal(err)
 	}
 	waitLoad(t, rs[:2], ep, 2)
 
 	// /debug/peer-sync on the discovery plugin's debug address: the values per
 	// replica, the aggregate, and the peers in sync.
-	resp, err := http.Get("http://" + rs[0].debug + "/debug/peer-sync?endpoint=llm/")
+	resp, err := http.Get("http://" + rs[0].Debug + "/debug/peer-sync?endpoint=llm/")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +136,7 @@ func TestInFlightLoadIsSummedAcrossReplicas(t *testing.T) {
 // TestParametersAreChecked: what cannot work is refused at start-up, naming the
 // parameter or variable.
 func TestParametersAreChecked(t *testing.T) {
-	setEnv(t, "POD_NAME", "epp-0", "POD_IP", "127.0.0.2", "NAMESPACE", "ns")
+	pluginfleet.SetEnv(t, "POD_NAME", "epp-0", "POD_IP", "127.0.0.2", "NAMESPACE", "ns")
 	h := fwkplugin.NewEppHandle(context.Background(), nil)
 	pd, err := fwkplugin.Registry[peerdiscovery.DNSType]("pd", params(`{"name": "`+dnsName+`"}`), h)
 	if err != nil {
