@@ -1,6 +1,6 @@
 // Package llmdrouter is epp-peer-discovery for llm-d-router's Endpoint Picker (EPP):
-// its plugins (peer discovery, and a cross-replica state syncer over the discovered
-// peers), registered in the EPP's plugin registry with Register, and (in
+// its plugins (peer discovery, a cross-replica state syncer over the discovered peers,
+// and a prefix-cache index shared over the syncer's connections), registered in the EPP's plugin registry with Register, and (in
 // package wiring) the start of the configured peer discovery that the EPP's runner
 // lacks. cmd/epp is an EPP build with both: upstream's runner, unchanged, plus these.
 //
@@ -18,12 +18,14 @@ package llmdrouter
 import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peersyncer"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/sharedprefix"
 )
 
 // Register registers every plugin type of this module in the EPP's plugin registry
-// (see peerdiscovery.Register and peersyncer.Register). Call it once, before the
-// runner runs.
+// (see peerdiscovery.Register, peersyncer.Register and sharedprefix.Register). Call
+// it once, before the runner runs.
 func Register() {
 	peerdiscovery.Register()
 	peersyncer.Register()
+	sharedprefix.Register()
 }
