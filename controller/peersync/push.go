@@ -286,10 +286,18 @@ func (o *outStream) run(ctx context.Context, s *Syncer) {
 			case <-time.After(backoff/2 + rand.N(backoff/2+1)):
 			}
 		}
-		conn, err := s.connect(ctx, o.peer)
+		// A connection, or a dial, ends when this replica's discovery stops listing
+		// it (terminating, not ready): its peers no longer accept it.
+		lctx, unlisted := s.whileListed(ctx)
+		conn, err := s.connect(lctx, o.peer)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
+			ended := lctx.Err() != nil // unlisted, or stopping
+			unlisted()
+			if ended {
+				if ctx.Err() != nil {
+					return
+				}
+				continue
 			}
 			if reason := o.failed(s, err); logged != reason {
 				logged = reason
@@ -304,10 +312,35 @@ func (o *outStream) run(ctx context.Context, s *Syncer) {
 		}
 		o.lastError.Store(nil)
 		backoff = 0
-		if o.hold(ctx, s, conn) {
+		if o.hold(lctx, s, conn) {
 			backoff = nextBackoff(0)
 		}
+		unlisted()
 	}
+}
+
+// whileListed is ctx, ended too when this replica's discovery stops listing it
+// (Options.SelfListed).
+func (s *Syncer) whileListed(ctx context.Context) (context.Context, context.CancelFunc) {
+	lctx, cancel := context.WithCancel(ctx)
+	if s.o.SelfListed == nil {
+		return lctx, cancel
+	}
+	go func() {
+		for {
+			listed, changed := s.o.SelfListed()
+			if !listed {
+				cancel()
+				return
+			}
+			select {
+			case <-lctx.Done():
+				return
+			case <-changed:
+			}
+		}
+	}()
+	return lctx, cancel
 }
 
 // hold hands conn to the push loop and waits until it breaks, the peer closes it or
@@ -396,6 +429,9 @@ func (s *Syncer) connect(ctx context.Context, p peers.PeerMetadata) (net.Conn, e
 	if err != nil {
 		return nil, err
 	}
+	// The banner may wait for the peer's discovery: ctx ending ends the wait.
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
 	if s.o.TLS != nil {
 		cfg, err := s.o.TLS.clientConfig()
 		if err != nil {

@@ -288,3 +288,46 @@ func TestAReplicaPushesOnlyWhileListed(t *testing.T) {
 		t.Errorf("replica 0 counted rejections: %s", by)
 	}
 }
+
+// setListed changes what v's selfListed reports.
+func (v *view) setListed(listed bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.listed = listed
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+// TestAnUnlistedReplicaLeavesQuietly: a replica that its peer stops listing
+// (terminating) and whose own discovery sees it 100 ms later redials in between; the
+// peer holds that connection for the listing, and the replica drops it as soon as
+// its own discovery stops listing it: the peer counts no rejection (it counted one
+// when the dial waited out the peer's handshake timeout).
+func TestAnUnlistedReplicaLeavesQuietly(t *testing.T) {
+	rs := newCluster(t, 1)
+	v := &view{changed: make(chan struct{}), listed: true}
+	leaving := startReplica(t, "leaving", func(o *Options) { o.SelfListed = v.selfListed })
+	leaving.members.UpsertPeer(rs[0].meta())
+	rs[0].members.UpsertPeer(leaving.meta())
+	for i, r := range []*replica{rs[0], leaving} {
+		if err := r.s.Set("k", "ns/e", &load{Requests: int64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSum(t, 2*time.Second, []*replica{rs[0], leaving}, "k", "ns/e", 3)
+	rs[0].members.DeletePeer(leaving.meta().ID())
+	time.Sleep(100 * time.Millisecond)
+	v.setListed(false)
+	time.Sleep(DefaultHandshakeTimeout + time.Second)
+	if n, by := rs[0].rejectedAll(); n > 0 {
+		t.Fatalf("the peer counted rejections of a replica that was leaving: %s", by)
+	}
+	leaving.s.mu.Lock()
+	outs := leaving.s.outStreams()
+	leaving.s.mu.Unlock()
+	for _, o := range outs {
+		if o.conn.Load() != nil {
+			t.Errorf("the unlisted replica still holds a connection to %s", o.peer.ID())
+		}
+	}
+}
