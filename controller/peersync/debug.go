@@ -6,6 +6,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // Document is the syncer's state as /debug/peer-sync serves it: the membership with
@@ -15,11 +18,15 @@ type Document struct {
 	Self string `json:"self"`
 	// Listed: this replica's discovery lists it as a member, so it pushes to its
 	// peers (they accept only what they list).
-	Listed   bool         `json:"listed"`
-	Interval string       `json:"interval"`
-	TTL      string       `json:"ttl"`
-	Peers    []PeerStatus `json:"peers"`
-	Keys     []KeyView    `json:"keys"`
+	Listed bool `json:"listed"`
+	// Rejections are the refusals counted so far, by reason (the reasons with
+	// none left out): epp_peer_sync_rejections_total, where the metrics are not at
+	// hand.
+	Rejections map[string]float64 `json:"rejections"`
+	Interval   string             `json:"interval"`
+	TTL        string             `json:"ttl"`
+	Peers      []PeerStatus       `json:"peers"`
+	Keys       []KeyView          `json:"keys"`
 }
 
 // PeerStatus is one peer of the membership.
@@ -82,6 +89,12 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 	doc := Document{Self: s.hello.ID(), Listed: true, Interval: s.o.Interval.String(), TTL: s.o.TTL.String(), Peers: []PeerStatus{}, Keys: []KeyView{}}
 	if s.o.SelfListed != nil {
 		doc.Listed, _ = s.o.SelfListed()
+	}
+	doc.Rejections = map[string]float64{}
+	for _, reason := range rejectReasons {
+		if n := counterValue(s.m.rejections.WithLabelValues(reason)); n > 0 {
+			doc.Rejections[reason] = n
+		}
 	}
 	s.mu.Lock()
 	peerNames := map[int]string{}
@@ -203,4 +216,13 @@ func (s *Syncer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (s *Syncer) JSON(keyPrefix, endpointPrefix string) []byte {
 	b, _ := json.Marshal(s.Document(keyPrefix, endpointPrefix))
 	return append(b, '\n')
+}
+
+// counterValue reads a counter's value.
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
 }

@@ -208,6 +208,10 @@ func TestNonPeerIsRefusedInTimeAndBounded(t *testing.T) {
 	if took := time.Since(start); took < timeout-50*time.Millisecond {
 		t.Errorf("refused after %v, before the handshake timeout %v: it was not given the time to be listed", took, timeout)
 	}
+	// /debug/peer-sync says it too, where the metrics are not at hand.
+	if got, want := r.s.Document("", "").Rejections[RejectUnknownSource], r.rejected(RejectUnknownSource); got != want {
+		t.Errorf("/debug/peer-sync rejections[unknown-source] = %v, the metric %v", got, want)
+	}
 
 	// A thousand at once.
 	stop := make(chan struct{})
