@@ -22,6 +22,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,33 +64,59 @@ type cluster struct {
 // forward opens a port-forward to port of pod and returns 127.0.0.1:<local port>.
 func (c *cluster) forward(t *testing.T, pod string, port int) string {
 	t.Helper()
-	tr, upgrader, err := spdy.RoundTripperFor(c.cfg)
+	addr, stop, err := c.openForward(pod, port)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(stop)
+	return addr
+}
+
+// tryForward is forward for a pod that may not serve yet or be gone: "" when the
+// port-forward cannot be opened. It stays open until the process ends.
+func (c *cluster) tryForward(pod string, port int) string {
+	addr, _, err := c.openForward(pod, port)
+	if err != nil {
+		return ""
+	}
+	return addr
+}
+
+func (c *cluster) openForward(pod string, port int) (string, func(), error) {
+	tr, upgrader, err := spdy.RoundTripperFor(c.cfg)
+	if err != nil {
+		return "", nil, err
+	}
 	u, err := url.Parse(c.cfg.Host)
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
 	u.Path = fmt.Sprintf("/api/v1/namespaces/%s/pods/%s/portforward", c.ns, pod)
 	stop, ready := make(chan struct{}), make(chan struct{})
 	pf, err := portforward.NewOnAddresses(spdy.NewDialer(upgrader, &http.Client{Transport: tr}, http.MethodPost, u),
 		[]string{"127.0.0.1"}, []string{fmt.Sprintf("0:%d", port)}, stop, ready, io.Discard, io.Discard)
 	if err != nil {
-		t.Fatal(err)
+		return "", nil, err
 	}
-	go func() { _ = pf.ForwardPorts() }()
-	t.Cleanup(func() { close(stop) })
+	failed := make(chan error, 1)
+	go func() { failed <- pf.ForwardPorts() }()
+	var once sync.Once
+	closeIt := func() { once.Do(func() { close(stop) }) }
 	select {
 	case <-ready:
+	case err := <-failed:
+		closeIt()
+		return "", nil, fmt.Errorf("port-forward to %s:%d: %v", pod, port, err)
 	case <-time.After(30 * time.Second):
-		t.Fatalf("port-forward to %s:%d not ready within 30 s", pod, port)
+		closeIt()
+		return "", nil, fmt.Errorf("port-forward to %s:%d not ready within 30 s", pod, port)
 	}
 	ports, err := pf.GetPorts()
 	if err != nil || len(ports) != 1 {
-		t.Fatalf("port-forward to %s:%d: %v", pod, port, err)
+		closeIt()
+		return "", nil, fmt.Errorf("port-forward to %s:%d: %v", pod, port, err)
 	}
-	return fmt.Sprintf("127.0.0.1:%d", ports[0].Local)
+	return fmt.Sprintf("127.0.0.1:%d", ports[0].Local), closeIt, nil
 }
 
 var client = &http.Client{Timeout: 5 * time.Second}
@@ -141,15 +168,17 @@ func waitLoads(t *testing.T, step string, within time.Duration, observers map[st
 	}
 }
 
-func TestStateSyncOnKind(t *testing.T) {
+// newCluster connects to the kind cluster and creates a namespace for the test
+// (named prefix-<random>, restricted pod security), deleted with it.
+func newCluster(t *testing.T, prefix string) *cluster {
+	t.Helper()
 	kubeconfig, kctx := env(t, "E2E_KUBECONFIG"), env(t, "E2E_KUBE_CONTEXT")
-	helm, chart, image, llmdImage := env(t, "HELM"), env(t, "CHART"), env(t, "IMAGE"), env(t, "LLMD_IMAGE")
 	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfig},
 		&clientcmd.ConfigOverrides{CurrentContext: kctx}).ClientConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cluster{cfg: cfg, cs: kubernetes.NewForConfigOrDie(cfg), ns: "e2e-state-sync-" + rand.String(5)}
+	c := &cluster{cfg: cfg, cs: kubernetes.NewForConfigOrDie(cfg), ns: prefix + "-" + rand.String(5)}
 	ctx := context.Background()
 	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -163,12 +192,16 @@ func TestStateSyncOnKind(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.cs.CoreV1().Namespaces().Delete(context.Background(), c.ns, metav1.DeleteOptions{}) })
+	return c
+}
 
-	// Two model-server stand-ins (the epp image: a process that is ready and serves
-	// nothing on 8000; the EPP scores them by in-flight requests).
-	ids := modelServers(t, c, image)
-
-	repo, tag, _ := strings.Cut(llmdImage, ":")
+// installEPP installs the chart as release epp with three replicas of llm-d-router's
+// EPP, one on each node, peer discovery and state sync on, and extra values (YAML
+// under router.epp, indented by 4), and waits for it.
+func installEPP(t *testing.T, c *cluster, extra string) {
+	t.Helper()
+	kubeconfig, kctx, helm, chart := env(t, "E2E_KUBECONFIG"), env(t, "E2E_KUBE_CONTEXT"), env(t, "HELM"), env(t, "CHART")
+	repo, tag, _ := strings.Cut(env(t, "LLMD_IMAGE"), ":")
 	values := filepath.Join(t.TempDir(), "values.yaml")
 	if err := os.WriteFile(values, []byte(fmt.Sprintf(`router:
   epp:
@@ -181,7 +214,7 @@ func TestStateSyncOnKind(t *testing.T) {
     stateSync:
       enabled: true
       interval: %s
-`, repo, tag, interval)), 0o644); err != nil {
+%s`, repo, tag, interval, extra)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	helmCmd := func(args ...string) {
@@ -196,6 +229,15 @@ func TestStateSyncOnKind(t *testing.T) {
 		cmd := exec.Command(helm, "--kubeconfig", kubeconfig, "--kube-context", kctx, "-n", c.ns, "uninstall", "epp", "--wait")
 		_, _ = cmd.CombinedOutput()
 	})
+}
+
+func TestStateSyncOnKind(t *testing.T) {
+	c := newCluster(t, "e2e-state-sync")
+	ctx := context.Background()
+	// Two model-server stand-ins (the epp image: a process that is ready and serves
+	// nothing on 8000; the EPP scores them by in-flight requests).
+	ids := modelServers(t, c, env(t, "IMAGE"))
+	installEPP(t, c, "")
 
 	pods := eppPods(t, c)
 	var onNodes []string
