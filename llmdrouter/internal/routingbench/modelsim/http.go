@@ -1,0 +1,171 @@
+package modelsim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Response headers that carry a request's simulated timing (microseconds of
+// simulated time), beside the OpenAI body.
+const (
+	HeaderTTFT   = "X-Modelsim-Ttft-Us"
+	HeaderQueued = "X-Modelsim-Queued-Us"
+	HeaderServer = "X-Modelsim-Server"
+)
+
+// MaxBodyBytes bounds a request body.
+const MaxBodyBytes = 16 << 20
+
+// Usage is an OpenAI response's usage, with vLLM's cached prompt tokens.
+type Usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
+	TotalTokens         int `json:"total_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+// Choice is one answer: Text for completions, Message for chat.
+type Choice struct {
+	Index        int      `json:"index"`
+	Text         *string  `json:"text,omitempty"`
+	Message      *Message `json:"message,omitempty"`
+	FinishReason string   `json:"finish_reason"`
+}
+
+// Response is an OpenAI completions or chat-completions response body.
+type Response struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []Choice `json:"choices"`
+	Usage   Usage    `json:"usage"`
+}
+
+// Answer is the text of the response's first choice.
+func (r Response) Answer() string {
+	if len(r.Choices) == 0 {
+		return ""
+	}
+	if c := r.Choices[0]; c.Message != nil {
+		return c.Message.Content
+	} else if c.Text != nil {
+		return *c.Text
+	}
+	return ""
+}
+
+var responseIDs atomic.Int64
+
+// Handler serves the server's API (name is what HeaderServer says): POST
+// /v1/completions and /v1/chat/completions, GET /metrics (vLLM's metrics), /health
+// and /v1/models. stopped ends the requests in flight.
+func (s *Server) Handler(name string, stopped <-chan struct{}) http.Handler {
+	mux := http.NewServeMux()
+	serve := func(chat bool) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+			if err != nil {
+				writeError(w, http.StatusBadRequest, err)
+				return
+			}
+			req, err := ParseRequest(body, chat)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, err)
+				return
+			}
+			res, err := s.Submit(r.Context(), req, stopped)
+			switch {
+			case errors.Is(err, ErrTooLong):
+				writeError(w, http.StatusBadRequest, err)
+				return
+			case err != nil:
+				writeError(w, http.StatusServiceUnavailable, err)
+				return
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set(HeaderServer, name)
+			w.Header().Set(HeaderTTFT, strconv.FormatInt(res.TTFT().Microseconds(), 10))
+			w.Header().Set(HeaderQueued, strconv.FormatInt((res.Admitted-res.Arrival).Microseconds(), 10))
+			_ = json.NewEncoder(w).Encode(response(req, res))
+		}
+	}
+	mux.HandleFunc("POST /v1/completions", serve(false))
+	mux.HandleFunc("POST /v1/chat/completions", serve(true))
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		s.WriteMetrics(w)
+	})
+	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = fmt.Fprintf(w, `{"object":"list","data":[{"id":%q,"object":"model","owned_by":"modelsim"}]}`+"\n", s.cfg.Model)
+	})
+	return mux
+}
+
+func response(req Request, res Result) Response {
+	out := Response{
+		ID:      fmt.Sprintf("cmpl-%d", responseIDs.Add(1)),
+		Object:  "text_completion",
+		Created: time.Now().Unix(),
+		Model:   req.Model,
+		Usage: Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.OutputTokens,
+			TotalTokens: res.PromptTokens + res.OutputTokens},
+	}
+	out.Usage.PromptTokensDetails.CachedTokens = res.CachedTokens
+	text := res.Text
+	if req.Chat() {
+		out.ID = "chat" + out.ID
+		out.Object = "chat.completion"
+		out.Choices = []Choice{{Message: &Message{Role: AssistantRole, Content: text}, FinishReason: "length"}}
+	} else {
+		out.Choices = []Choice{{Text: &text, FinishReason: "length"}}
+	}
+	return out
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "code": code}})
+}
+
+// WriteMetrics writes the server's metrics in Prometheus' text format, under the
+// names vLLM gives them: the gauges llm-d-router's core-metrics-extractor reads for
+// vLLM (vllm:num_requests_waiting, vllm:num_requests_running,
+// vllm:kv_cache_usage_perc, a fraction, and vllm:cache_config_info with block_size
+// and num_gpu_blocks as labels, which the approximate prefix index's autoTune
+// reads), and the counters of prefix-cache queries and hits (in tokens), prompt and
+// generation tokens and finished requests.
+func (s *Server) WriteMetrics(w io.Writer) {
+	s.mu.Lock()
+	st, stats := s.state(), s.stats
+	s.mu.Unlock()
+	m := strconv.Quote(s.cfg.Model)
+	gauge := func(name, help string, v float64) {
+		_, _ = fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s{model_name=%s} %g\n", name, help, name, name, m, v)
+	}
+	counter := func(name, help string, v int64) {
+		_, _ = fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s_total{model_name=%s} %d\n", name, help, name, name, m, v)
+	}
+	gauge("vllm:num_requests_running", "Number of requests in model execution batches.", float64(st.Running))
+	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", float64(st.Waiting))
+	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", st.Usage)
+	_, _ = fmt.Fprintf(w, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"+
+		"vllm:cache_config_info{block_size=\"%d\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",gpu_memory_utilization=\"0.9\",num_gpu_blocks=\"%d\"} 1\n",
+		s.cfg.BlockTokens, s.cfg.CapacityBlocks)
+	counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", stats.PromptTokens)
+	counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", stats.CachedTokens)
+	counter("vllm:prompt_tokens", "Number of prefill tokens processed.", stats.PromptTokens)
+	counter("vllm:generation_tokens", "Number of generation tokens processed.", stats.OutputTokens)
+	counter("vllm:request_success", "Count of successfully processed requests.", stats.Requests)
+}

@@ -1,0 +1,302 @@
+package modelsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Server is one simulated model server: a KV cache and a continuous-batching
+// engine on a shared Clock. Submit runs a request to its end; Run is the engine.
+type Server struct {
+	cfg   Config
+	clock *Clock
+
+	mu      sync.Mutex
+	cache   *Cache
+	waiting []*request // in arrival order
+	running []*request // in admission order
+	stats   Stats
+	wake    chan struct{}
+}
+
+// Stats are a server's counters since it started (vLLM's counters of the same
+// names in WriteMetrics).
+type Stats struct {
+	// Requests is how many requests finished (their answer complete).
+	Requests int64 `json:"requests"`
+	// Aborted is how many were dropped because their client went away.
+	Aborted int64 `json:"aborted"`
+	// PromptTokens and CachedTokens are the finished requests' prompt tokens and
+	// the part of them found in the cache (prefix-cache queries and hits, in tokens).
+	PromptTokens int64 `json:"promptTokens"`
+	CachedTokens int64 `json:"cachedTokens"`
+	// OutputTokens is the finished requests' answer tokens.
+	OutputTokens int64 `json:"outputTokens"`
+	// Steps and Late count engine steps, and those that began more than a step's
+	// base cost behind their planned start (the machine could not keep up with
+	// the clock's speed-up).
+	Steps int64 `json:"steps"`
+	Late  int64 `json:"late"`
+}
+
+// State is what a server runs and holds now.
+type State struct {
+	Running int     `json:"running"`
+	Waiting int     `json:"waiting"`
+	Usage   float64 `json:"kvCacheUsage"`
+	Cached  int     `json:"cachedBlocks"`
+}
+
+// Result is what a finished request reports; times are simulated.
+type Result struct {
+	PromptTokens int
+	CachedTokens int
+	OutputTokens int
+	// Text is the answer (for chat, the assistant message's content).
+	Text string
+	// Arrival, Admitted, FirstToken and Finished are when the request arrived,
+	// began running, had its first token and its last.
+	Arrival, Admitted, FirstToken, Finished time.Duration
+}
+
+// TTFT is the time from the request's arrival to its first token.
+func (r Result) TTFT() time.Duration { return r.FirstToken - r.Arrival }
+
+type request struct {
+	chat         bool
+	promptTokens int
+	outputTokens int
+	hashes       []uint64 // the prompt's full blocks
+	seqHashes    []uint64 // prompt and answer's full blocks
+	text         []byte
+	arrival      time.Duration
+
+	alloc     *Allocation
+	hit       int // blocks
+	toPrefill int // tokens
+	chunk     int // tokens prefilled in the current step
+	prefilled bool
+	generated int
+	aborted   bool
+	result    Result
+	done      chan struct{}
+}
+
+// NewServer is a server on clock; cfg must be valid.
+func NewServer(cfg Config, clock *Clock) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, clock: clock, cache: NewCache(cfg.CapacityBlocks), wake: make(chan struct{}, 1)}, nil
+}
+
+// Config is the server's configuration.
+func (s *Server) Config() Config { return s.cfg }
+
+// ErrTooLong is Submit's error for a request whose prompt and answer do not fit
+// the KV cache (vLLM refuses a request longer than its context).
+var ErrTooLong = errors.New("modelsim: request longer than the KV cache")
+
+// blocks is how many blocks r holds while it runs: its prompt's and answer's.
+func (s *Server) blocks(r *request) int {
+	b := s.cfg.BlockTokens
+	return (r.promptTokens + r.outputTokens + b - 1) / b
+}
+
+// ErrStopped is Submit's error when the server stopped before the request ended.
+var ErrStopped = errors.New("modelsim: server stopped")
+
+// Submit runs req on the server and waits for its answer, or for ctx to end (the
+// request is then dropped: an abort), or for the engine to stop.
+func (s *Server) Submit(ctx context.Context, req Request, stopped <-chan struct{}) (Result, error) {
+	prompt := req.Render()
+	out := req.OutputTokens()
+	cont, text := Continuation(prompt, out, req.Chat())
+	seq := append(align(slices.Clone(prompt)), cont...)
+	r := &request{
+		chat:         req.Chat(),
+		promptTokens: TokenCount(prompt),
+		outputTokens: out,
+		hashes:       BlockHashes(prompt, s.cfg.BlockTokens),
+		seqHashes:    BlockHashes(seq, s.cfg.BlockTokens),
+		text:         text,
+		done:         make(chan struct{}),
+	}
+	if n := s.blocks(r); n > s.cfg.CapacityBlocks {
+		return Result{}, fmt.Errorf("%w: %d prompt and %d answer tokens take %d blocks, the KV cache has %d", ErrTooLong, r.promptTokens, out, n, s.cfg.CapacityBlocks)
+	}
+	s.mu.Lock()
+	r.arrival = s.clock.Now()
+	s.waiting = append(s.waiting, r)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case <-r.done:
+		return r.result, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		r.aborted = true
+		s.mu.Unlock()
+		return Result{}, ctx.Err()
+	case <-stopped:
+		return Result{}, ErrStopped
+	}
+}
+
+// Run is the engine: a step after another while requests run, until ctx ends.
+func (s *Server) Run(ctx context.Context) {
+	var t time.Duration // when the next step starts
+	for {
+		s.mu.Lock()
+		s.admit(t)
+		if len(s.running) == 0 {
+			s.mu.Unlock()
+			select {
+			case <-s.wake:
+			case <-ctx.Done():
+				return
+			}
+			t = max(t, s.clock.Now())
+			continue
+		}
+		dur := s.plan()
+		s.stats.Steps++
+		if now := s.clock.Now(); now > t+s.cfg.StepBase {
+			s.stats.Late++
+			if now > t+time.Second { // far behind (a stopped process): do not replay
+				t = now
+			}
+		}
+		s.mu.Unlock()
+		end := t + dur
+		if !s.clock.SleepUntil(ctx, end) {
+			return
+		}
+		s.mu.Lock()
+		s.apply(end)
+		s.mu.Unlock()
+		t = end
+	}
+}
+
+// admit moves waiting requests that arrived by t into the running ones, in arrival
+// order, while there is a running slot and cache room (the first that does not fit
+// waits, and those after it too).
+func (s *Server) admit(t time.Duration) {
+	s.waiting = slices.DeleteFunc(s.waiting, func(r *request) bool {
+		if r.aborted {
+			s.stats.Aborted++
+		}
+		return r.aborted
+	})
+	n := 0
+	for _, r := range s.waiting {
+		if len(s.running) >= s.cfg.MaxRunning || r.arrival > t {
+			break
+		}
+		b := s.cfg.BlockTokens
+		maxHit := (r.promptTokens - 1) / b // at least one token is computed
+		a, hit, ok := s.cache.Allocate(r.hashes, maxHit, s.blocks(r))
+		if !ok {
+			break
+		}
+		r.alloc, r.hit = a, hit
+		r.toPrefill = r.promptTokens - hit*b
+		r.result.Arrival, r.result.Admitted = r.arrival, t
+		s.running = append(s.running, r)
+		n++
+	}
+	s.waiting = s.waiting[n:]
+}
+
+// plan chooses what the next step computes and returns its cost: one token of
+// every decoding request, then prompt tokens of the others in admission order
+// within the step's token budget.
+func (s *Server) plan() time.Duration {
+	decoding := 0
+	for _, r := range s.running {
+		if r.prefilled {
+			decoding++
+		}
+	}
+	budget := s.cfg.MaxBatchedTokens - decoding
+	prefill := 0
+	for _, r := range s.running {
+		if !r.prefilled && budget > 0 {
+			r.chunk = min(r.toPrefill, budget)
+			budget -= r.chunk
+			prefill += r.chunk
+		}
+	}
+	return s.cfg.StepBase + time.Duration(decoding)*s.cfg.StepPerSequence + time.Duration(prefill)*s.cfg.PrefillPerToken
+}
+
+// apply ends the step at end: decoding requests have one token more, prefills
+// progress (a completed one caches its prompt's blocks and has its first token),
+// and finished or aborted requests leave.
+func (s *Server) apply(end time.Duration) {
+	s.running = slices.DeleteFunc(s.running, func(r *request) bool {
+		switch {
+		case r.aborted:
+			s.cache.Free(r.alloc)
+			s.stats.Aborted++
+			return true
+		case r.prefilled:
+			r.generated++
+		case r.chunk > 0:
+			r.toPrefill -= r.chunk
+			r.chunk = 0
+			if r.toPrefill == 0 {
+				r.prefilled = true
+				r.generated = 1
+				r.result.FirstToken = end
+				s.cache.Commit(r.alloc, r.hashes[r.hit:])
+			}
+		}
+		if !r.prefilled || r.generated < r.outputTokens {
+			return false
+		}
+		s.finish(r, end)
+		return true
+	})
+}
+
+// finish caches the answer's full blocks, frees the request's blocks and answers.
+func (s *Server) finish(r *request, end time.Duration) {
+	s.cache.Commit(r.alloc, r.seqHashes[len(r.hashes):])
+	s.cache.Free(r.alloc)
+	cached := r.hit * s.cfg.BlockTokens
+	s.stats.Requests++
+	s.stats.PromptTokens += int64(r.promptTokens)
+	s.stats.CachedTokens += int64(cached)
+	s.stats.OutputTokens += int64(r.outputTokens)
+	r.result.PromptTokens, r.result.CachedTokens, r.result.OutputTokens = r.promptTokens, cached, r.outputTokens
+	r.result.Text = string(r.text)
+	r.result.Finished = end
+	close(r.done)
+}
+
+// Stats are the server's counters.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats
+}
+
+// State is what the server runs and holds now.
+func (s *Server) State() State {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state()
+}
+
+func (s *Server) state() State {
+	return State{Running: len(s.running), Waiting: len(s.waiting), Usage: s.cache.Usage(), Cached: s.cache.Cached()}
+}
