@@ -162,6 +162,20 @@ func (c *Cache) evict() {
 	}
 }
 
+// Serve runs a whole request through the cache at once, as if it took no time:
+// allocate, cache its prompt's blocks, then its answer's, and free them. It
+// returns the hit in blocks, or ok false when the cache had no room.
+func (c *Cache) Serve(t Tokens) (hit int, ok bool) {
+	a, hit, ok := c.Allocate(t.PromptBlocks, t.MaxHit(), t.Blocks())
+	if !ok {
+		return 0, false
+	}
+	c.Commit(a, t.PromptBlocks[hit:])
+	c.Commit(a, t.SequenceBlocks[len(t.PromptBlocks):])
+	c.Free(a)
+	return hit, true
+}
+
 // Reset empties the cache; no request may hold blocks.
 func (c *Cache) Reset() {
 	if c.Held() != 0 {

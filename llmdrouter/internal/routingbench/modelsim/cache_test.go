@@ -7,16 +7,14 @@ import (
 )
 
 // run is one request through a cache: it allocates for prompt (hit up to maxHit,
-// total blocks), commits the prompt blocks past the hit and then extra (the answer's
-// blocks), and frees.
-func run(t *testing.T, c *Cache, prompt []uint64, maxHit, total int, extra ...uint64) int {
+// total blocks), commits the prompt blocks past the hit, and frees.
+func run(t *testing.T, c *Cache, prompt []uint64, maxHit, total int) int {
 	t.Helper()
 	a, hit, ok := c.Allocate(prompt, maxHit, total)
 	if !ok {
 		t.Fatalf("no room for %d blocks (held %d, cached %d, capacity %d)", total, c.Held(), c.Cached(), c.Capacity())
 	}
 	c.Commit(a, prompt[hit:])
-	c.Commit(a, extra)
 	c.Free(a)
 	return hit
 }

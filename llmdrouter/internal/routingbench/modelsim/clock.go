@@ -33,7 +33,7 @@ func (c *Clock) Wall(d time.Duration) time.Duration { return time.Duration(float
 
 // SleepUntil waits until the simulated time is t, or ctx ends (false).
 func (c *Clock) SleepUntil(ctx context.Context, t time.Duration) bool {
-	wait := c.start.Add(c.Wall(t)).Sub(time.Now())
+	wait := time.Until(c.start.Add(c.Wall(t)))
 	if wait <= 0 {
 		return ctx.Err() == nil
 	}

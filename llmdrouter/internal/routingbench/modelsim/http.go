@@ -102,6 +102,7 @@ func (s *Server) Handler(name string, stopped <-chan struct{}) http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", serve(true))
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		s.scrapes.Add(1)
 		s.WriteMetrics(w)
 	})
 	mux.HandleFunc("GET /health", func(http.ResponseWriter, *http.Request) {})

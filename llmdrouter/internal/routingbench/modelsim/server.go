@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +22,7 @@ type Server struct {
 	running []*request // in admission order
 	stats   Stats
 	wake    chan struct{}
+	scrapes atomic.Int64
 }
 
 // Stats are a server's counters since it started (vLLM's counters of the same
@@ -67,13 +69,8 @@ type Result struct {
 func (r Result) TTFT() time.Duration { return r.FirstToken - r.Arrival }
 
 type request struct {
-	chat         bool
-	promptTokens int
-	outputTokens int
-	hashes       []uint64 // the prompt's full blocks
-	seqHashes    []uint64 // prompt and answer's full blocks
-	text         []byte
-	arrival      time.Duration
+	tokens  Tokens
+	arrival time.Duration
 
 	alloc     *Allocation
 	hit       int // blocks
@@ -101,33 +98,16 @@ func (s *Server) Config() Config { return s.cfg }
 // the KV cache (vLLM refuses a request longer than its context).
 var ErrTooLong = errors.New("modelsim: request longer than the KV cache")
 
-// blocks is how many blocks r holds while it runs: its prompt's and answer's.
-func (s *Server) blocks(r *request) int {
-	b := s.cfg.BlockTokens
-	return (r.promptTokens + r.outputTokens + b - 1) / b
-}
-
 // ErrStopped is Submit's error when the server stopped before the request ended.
 var ErrStopped = errors.New("modelsim: server stopped")
 
 // Submit runs req on the server and waits for its answer, or for ctx to end (the
 // request is then dropped: an abort), or for the engine to stop.
 func (s *Server) Submit(ctx context.Context, req Request, stopped <-chan struct{}) (Result, error) {
-	prompt := req.Render()
-	out := req.OutputTokens()
-	cont, text := Continuation(prompt, out, req.Chat())
-	seq := append(align(slices.Clone(prompt)), cont...)
-	r := &request{
-		chat:         req.Chat(),
-		promptTokens: TokenCount(prompt),
-		outputTokens: out,
-		hashes:       BlockHashes(prompt, s.cfg.BlockTokens),
-		seqHashes:    BlockHashes(seq, s.cfg.BlockTokens),
-		text:         text,
-		done:         make(chan struct{}),
-	}
-	if n := s.blocks(r); n > s.cfg.CapacityBlocks {
-		return Result{}, fmt.Errorf("%w: %d prompt and %d answer tokens take %d blocks, the KV cache has %d", ErrTooLong, r.promptTokens, out, n, s.cfg.CapacityBlocks)
+	tok := Tokenize(req, s.cfg.BlockTokens)
+	r := &request{tokens: tok, done: make(chan struct{})}
+	if n := tok.Blocks(); n > s.cfg.CapacityBlocks {
+		return Result{}, fmt.Errorf("%w: %d prompt and %d answer tokens take %d blocks, the KV cache has %d", ErrTooLong, tok.Prompt, tok.Output, n, s.cfg.CapacityBlocks)
 	}
 	s.mu.Lock()
 	r.arrival = s.clock.Now()
@@ -201,14 +181,12 @@ func (s *Server) admit(t time.Duration) {
 		if len(s.running) >= s.cfg.MaxRunning || r.arrival > t {
 			break
 		}
-		b := s.cfg.BlockTokens
-		maxHit := (r.promptTokens - 1) / b // at least one token is computed
-		a, hit, ok := s.cache.Allocate(r.hashes, maxHit, s.blocks(r))
+		a, hit, ok := s.cache.Allocate(r.tokens.PromptBlocks, r.tokens.MaxHit(), r.tokens.Blocks())
 		if !ok {
 			break
 		}
 		r.alloc, r.hit = a, hit
-		r.toPrefill = r.promptTokens - hit*b
+		r.toPrefill = r.tokens.Prompt - hit*s.cfg.BlockTokens
 		r.result.Arrival, r.result.Admitted = r.arrival, t
 		s.running = append(s.running, r)
 		n++
@@ -257,10 +235,10 @@ func (s *Server) apply(end time.Duration) {
 				r.prefilled = true
 				r.generated = 1
 				r.result.FirstToken = end
-				s.cache.Commit(r.alloc, r.hashes[r.hit:])
+				s.cache.Commit(r.alloc, r.tokens.PromptBlocks[r.hit:])
 			}
 		}
-		if !r.prefilled || r.generated < r.outputTokens {
+		if !r.prefilled || r.generated < r.tokens.Output {
 			return false
 		}
 		s.finish(r, end)
@@ -270,15 +248,16 @@ func (s *Server) apply(end time.Duration) {
 
 // finish caches the answer's full blocks, frees the request's blocks and answers.
 func (s *Server) finish(r *request, end time.Duration) {
-	s.cache.Commit(r.alloc, r.seqHashes[len(r.hashes):])
+	t := r.tokens
+	s.cache.Commit(r.alloc, t.SequenceBlocks[len(t.PromptBlocks):])
 	s.cache.Free(r.alloc)
 	cached := r.hit * s.cfg.BlockTokens
 	s.stats.Requests++
-	s.stats.PromptTokens += int64(r.promptTokens)
+	s.stats.PromptTokens += int64(t.Prompt)
 	s.stats.CachedTokens += int64(cached)
-	s.stats.OutputTokens += int64(r.outputTokens)
-	r.result.PromptTokens, r.result.CachedTokens, r.result.OutputTokens = r.promptTokens, cached, r.outputTokens
-	r.result.Text = string(r.text)
+	s.stats.OutputTokens += int64(t.Output)
+	r.result.PromptTokens, r.result.CachedTokens, r.result.OutputTokens = t.Prompt, cached, t.Output
+	r.result.Text = string(t.Answer)
 	r.result.Finished = end
 	close(r.done)
 }
@@ -289,6 +268,23 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	return s.stats
 }
+
+// ErrBusy is Reset's error while the server runs or holds requests.
+var ErrBusy = errors.New("modelsim: the server has requests")
+
+// Reset empties the KV cache of an idle server.
+func (s *Server) Reset() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.running)+len(s.waiting) > 0 {
+		return ErrBusy
+	}
+	s.cache.Reset()
+	return nil
+}
+
+// Scrapes is how many times /metrics was read.
+func (s *Server) Scrapes() int64 { return s.scrapes.Load() }
 
 // State is what the server runs and holds now.
 func (s *Server) State() State {

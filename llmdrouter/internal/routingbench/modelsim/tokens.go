@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 )
 
 // BytesPerToken is how many bytes of text make a token: llm-d-router's "estimate"
@@ -141,6 +142,43 @@ func Continuation(prompt []byte, tokens int, chat bool) (continuation, text []by
 	text = Words(rng, textLen)
 	return append([]byte(prefix), text...), text
 }
+
+// Tokens is a request as a server's KV cache sees it.
+type Tokens struct {
+	// Prompt and Output count the prompt's and the answer's tokens.
+	Prompt, Output int
+	// PromptBlocks are the hashes of the prompt's full blocks; SequenceBlocks
+	// those of the prompt followed by the answer.
+	PromptBlocks, SequenceBlocks []uint64
+	// Answer is the answer's text (for chat, the assistant message's content).
+	Answer []byte
+	// BlockTokens is the block size the hashes are of.
+	BlockTokens int
+}
+
+// Tokenize is req as a cache of blocks of blockTokens tokens sees it, with the
+// answer the simulator gives it.
+func Tokenize(req Request, blockTokens int) Tokens {
+	prompt := req.Render()
+	out := req.OutputTokens()
+	cont, text := Continuation(prompt, out, req.Chat())
+	return Tokens{
+		Prompt:         TokenCount(prompt),
+		Output:         out,
+		PromptBlocks:   BlockHashes(prompt, blockTokens),
+		SequenceBlocks: BlockHashes(append(align(slices.Clone(prompt)), cont...), blockTokens),
+		Answer:         text,
+		BlockTokens:    blockTokens,
+	}
+}
+
+// Blocks is how many blocks the request holds while it runs: its prompt's and
+// its answer's.
+func (t Tokens) Blocks() int { return (t.Prompt + t.Output + t.BlockTokens - 1) / t.BlockTokens }
+
+// MaxHit is the most blocks of the prompt a cache hit may cover: at least one
+// token is computed (as in vLLM, which needs the last prompt token's logits).
+func (t Tokens) MaxHit() int { return (t.Prompt - 1) / t.BlockTokens }
 
 // Words is n bytes of lowercase pseudo-words separated by spaces, drawn from rng.
 func Words(rng *rand.Rand, n int) []byte {
