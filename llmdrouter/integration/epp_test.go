@@ -151,14 +151,12 @@ func (l eppLaunch) startOne(t *testing.T, r *replica, kubeconfig, ns string, con
 		if l.beforeStart != nil {
 			l.beforeStart(r, attempt)
 		}
-		var process *os.Process
-		var err error
-		r.out, r.stop, process, err = proc.StartListening(t, l.bin, args, append([]string{
+		p, err := proc.Listen(l.bin, args, append([]string{
 			"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "KUBECONFIG=" + kubeconfig,
 			"POD_NAME=" + r.pod, "POD_IP=" + r.ip, "NAMESPACE=" + ns,
 		}, l.env...), listens, 90*time.Second)
 		if err == nil {
-			r.pid = process.Pid
+			r.out, r.stop, r.pid = p.Output(), p.Supervise(t), p.Pid()
 			return nil
 		}
 		if !errors.Is(err, proc.ErrAddrInUse) || attempt+1 == startAttempts {

@@ -77,9 +77,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// TestStartListening: it returns once the program listens; a program that finds
-// its port taken is an error that wraps ErrAddrInUse.
-func TestStartListening(t *testing.T) {
+// TestListen: it returns once the program listens; a program that finds its port
+// taken is an error that wraps ErrAddrInUse.
+func TestListen(t *testing.T) {
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -90,12 +90,13 @@ func TestStartListening(t *testing.T) {
 	}
 	free := l.Addr().String()
 	l.Close()
-	_, stop, _, err := StartListening(t, self, nil, []string{listenEnv + "=" + free}, []string{free}, 30*time.Second)
+	p, err := Listen(self, nil, []string{listenEnv + "=" + free}, []string{free}, 30*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	stop := p.Supervise(t)
 	if c, err := net.Dial("tcp", free); err != nil {
-		t.Errorf("StartListening returned, but %s refuses: %v", free, err)
+		t.Errorf("Listen returned, but %s refuses: %v", free, err)
 	} else {
 		c.Close()
 	}
@@ -106,8 +107,11 @@ func TestStartListening(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	_, _, _, err = StartListening(t, self, nil, []string{listenEnv + "=" + taken.Addr().String()}, []string{taken.Addr().String()}, 30*time.Second)
+	p, err = Listen(self, nil, []string{listenEnv + "=" + taken.Addr().String()}, []string{taken.Addr().String()}, 30*time.Second)
+	if err == nil {
+		p.Supervise(t)
+	}
 	if !errors.Is(err, ErrAddrInUse) {
-		t.Fatalf("StartListening on a taken port: %v, want ErrAddrInUse", err)
+		t.Fatalf("Listen on a taken port: %v, want ErrAddrInUse", err)
 	}
 }
