@@ -2,44 +2,32 @@ package integration_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
 )
 
 // replica is one EPP process.
 type replica struct {
-	pod        string // POD_NAME: <deployment>-<hash>-<suffix>, as upstream's standalone mode needs
-	ip         string // POD_IP: an identity only, never dialed, unless the replica syncs state
-	debug      string // the plugin's debugAddress (/debug/peers, /debug/peer-sync)
-	metrics    string // the EPP's metrics port
-	grpc       string // the EPP's ext_proc port
-	grpcHealth string
-	syncPort   int32 // the peer-sync port, where it syncs state
-	out        *capture.Buffer
-	pid        int
-	stop       func()
+	*eppreplica.Replica
+	out  *capture.Buffer
+	pid  int
+	stop func()
 }
 
 // eppConfig is an EPP configuration with endpointslice peer discovery of Service
@@ -70,7 +58,7 @@ dataLayer:
 // (--endpoint-selector), ports of their own on 127.0.0.1.
 func startReplicas(t *testing.T, ns string, n int, membership string, extraArgs ...string) []*replica {
 	t.Helper()
-	return startEPPs(t, ns, n, func(r *replica) string { return eppConfig(membership, r.debug) }, extraArgs...)
+	return startEPPs(t, ns, n, func(r *replica) string { return eppConfig(membership, r.Debug) }, extraArgs...)
 }
 
 // startEPPs starts n EPP replicas with the configuration config gives each; replica
@@ -78,44 +66,46 @@ func startReplicas(t *testing.T, ns string, n int, membership string, extraArgs 
 // POD_IP, with a peer-sync port on it.
 func startEPPs(t *testing.T, ns string, n int, config func(r *replica) string, extraArgs ...string) []*replica {
 	t.Helper()
-	return eppLaunch{bin: eppBinary(t), args: extraArgs}.start(t, ns, n, config)
+	return startWith(t, eppLaunch(t, eppBinary(t), extraArgs...), ns, n, config)
 }
 
-// eppLaunch is how replicas start: the EPP build, what it gets besides what every
-// replica gets, and a hook for tests of the start itself.
-type eppLaunch struct {
-	bin  string
-	args []string // extra flags
-	env  []string // extra environment
-	// beforeStart, if set, runs before each start of a replica (attempt 0 first),
-	// once its ports are picked.
-	beforeStart func(r *replica, attempt int)
-}
-
-// startAttempts bounds how often a replica is started again on other ports.
-const startAttempts = 5
-
-// start starts n replicas as startEPPs says, each on ports that were free a moment
-// before: a replica whose port another process took meanwhile (it exits with
-// "address already in use") is started again on other ports, up to startAttempts
-// times. It returns once every replica listens on all of its ports.
-func (l eppLaunch) start(t *testing.T, ns string, n int, config func(r *replica) string) []*replica {
+// eppLaunch is how this suite starts replicas of the EPP build bin: on its API
+// server, with extraArgs after every replica's own flags.
+func eppLaunch(t *testing.T, bin string, extraArgs ...string) eppreplica.Launch {
 	t.Helper()
-	kubeconfig := kubeconfigFile(t)
-	out := make([]*replica, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		out[i] = &replica{pod: fmt.Sprintf("epp-7d9f8c6b5-r%d", i), ip: netns.Addr(10 + i)}
-		wg.Go(func() { errs[i] = l.startOne(t, out[i], kubeconfig, ns, config) })
+	return eppreplica.Launch{Bin: bin, Kubeconfig: kubeconfigFile(t), Dir: t.TempDir(), Args: extraArgs, Logf: t.Logf}
+}
+
+// startWith starts n replicas with l (replica i is eppreplica.New(i)) and returns
+// once every one listens on all of its ports (see eppreplica.Launch.Start: a
+// replica whose port another process took is started again on other ports).
+func startWith(t *testing.T, l eppreplica.Launch, ns string, n int, config func(r *replica) string) []*replica {
+	t.Helper()
+	rs := make([]*replica, n)
+	for i := range rs {
+		rs[i] = &replica{Replica: eppreplica.New(i)}
 	}
-	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("replica %d: %v", i, err)
+	if err := launch(t, l, ns, rs, config); err != nil {
+		t.Fatal(err)
+	}
+	return rs
+}
+
+// launch starts the replicas rs with l, each stopped when the test ends (it must
+// then exit with code 0); the error says which did not come up, and why.
+func launch(t *testing.T, l eppreplica.Launch, ns string, rs []*replica, config func(r *replica) string) error {
+	t.Helper()
+	reps := make([]*eppreplica.Replica, len(rs))
+	for i, r := range rs {
+		reps[i] = r.Replica
+	}
+	procs, err := l.Start(ns, reps, func(i int) string { return config(rs[i]) })
+	for i, p := range procs {
+		if p != nil {
+			rs[i].out, rs[i].stop, rs[i].pid = p.Output(), p.Supervise(t), p.Pid()
 		}
 	}
-	return out
+	return err
 }
 
 // kubeconfigFile is a kubeconfig of the suite's API server, in a file.
@@ -128,47 +118,9 @@ func kubeconfigFile(t *testing.T) string {
 	return kubeconfig
 }
 
-// startOne starts replica r; an error says why it did not come up.
-func (l eppLaunch) startOne(t *testing.T, r *replica, kubeconfig, ns string, config func(r *replica) string) error {
-	port := func(addr string) string { return addr[strings.LastIndex(addr, ":")+1:] }
-	for attempt := 0; ; attempt++ {
-		r.debug, r.metrics, r.grpc, r.grpcHealth = testenv.FreeAddr(), testenv.FreeAddr(), testenv.FreeAddr(), testenv.FreeAddr()
-		r.syncPort = int32(testenv.FreePort(r.ip))
-		cfg := config(r)
-		args := append([]string{
-			"--endpoint-selector=app=vllm", "--endpoint-target-ports=8000", "--pool-namespace=" + ns,
-			"--grpc-port=" + port(r.grpc), "--grpc-health-port=" + port(r.grpcHealth), "--metrics-port=" + port(r.metrics),
-			"--metrics-endpoint-auth=false", "--secure-serving=false", "--drain-timeout=1s", "--config-text=" + cfg,
-		}, l.args...)
-		// What it listens on: upstream's ports, and those of the plugins its
-		// configuration names.
-		listens := []string{r.grpc, r.grpcHealth, r.metrics}
-		for _, a := range []string{r.debug, net.JoinHostPort(r.ip, fmt.Sprint(r.syncPort))} {
-			if strings.Contains(cfg, a) {
-				listens = append(listens, a)
-			}
-		}
-		if l.beforeStart != nil {
-			l.beforeStart(r, attempt)
-		}
-		p, err := proc.Listen(l.bin, args, append([]string{
-			"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "KUBECONFIG=" + kubeconfig,
-			"POD_NAME=" + r.pod, "POD_IP=" + r.ip, "NAMESPACE=" + ns,
-		}, l.env...), listens, 90*time.Second)
-		if err == nil {
-			r.out, r.stop, r.pid = p.Output(), p.Supervise(t), p.Pid()
-			return nil
-		}
-		if !errors.Is(err, proc.ErrAddrInUse) || attempt+1 == startAttempts {
-			return fmt.Errorf("start %d of %d: %w", attempt+1, startAttempts, err)
-		}
-		t.Logf("replica %s: a port was taken before it bound it; starting it again on other ports", r.pod)
-	}
-}
-
 // view is the replica's peer set as its plugin serves it: "name@address ready" ...
 func (r *replica) view() (string, error) {
-	doc, _, err := peerdoc.Get(r.debug)
+	doc, _, err := peerdoc.Get(r.Debug)
 	if err != nil {
 		return "", err
 	}
@@ -197,7 +149,7 @@ func want(rs []*replica, i int, notReady map[int]bool, only ...int) string {
 		if j == i || (len(only) > 0 && !contains(only, j)) {
 			continue
 		}
-		s := r.pod + "@" + r.ip
+		s := r.Pod + "@" + r.IP
 		if notReady[j] {
 			s += "(not ready)"
 		}
@@ -228,7 +180,7 @@ func waitViews(t *testing.T, step string, within time.Duration, rs []*replica, w
 				got = err.Error()
 			}
 			if w := expect(i); got != w {
-				wrong = append(wrong, fmt.Sprintf("%s lists %q, want %q", rs[i].pod, got, w))
+				wrong = append(wrong, fmt.Sprintf("%s lists %q, want %q", rs[i].Pod, got, w))
 			}
 		}
 		if len(wrong) == 0 {
@@ -250,7 +202,7 @@ func writeSlice(t *testing.T, ns string, rs []*replica, members []int, notReady 
 		if notReady[i] {
 			eo = append(eo, slicegen.NotReady())
 		}
-		opts = append(opts, slicegen.Pod(rs[i].pod, rs[i].ip, eo...))
+		opts = append(opts, slicegen.Pod(rs[i].Pod, rs[i].IP, eo...))
 	}
 	applySlice(t, ns, slicegen.Slice("epp-abcde", opts...))
 }
@@ -259,17 +211,8 @@ func writeSlice(t *testing.T, ns string, rs []*replica, members []int, notReady 
 // controller would be.
 func applySlice(t *testing.T, ns string, s discoveryv1.EndpointSlice) {
 	t.Helper()
-	s.Annotations = map[string]string{discoveryv1.LabelManagedBy: "test"}
-	ctx := context.Background()
-	api := env.Clientset.DiscoveryV1().EndpointSlices(ns)
-	if cur, err := api.Get(ctx, s.Name, metav1.GetOptions{}); err == nil {
-		s.ResourceVersion = cur.ResourceVersion
-		if _, err := api.Update(ctx, &s, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if _, err := api.Create(ctx, &s, metav1.CreateOptions{}); err != nil {
+	s.Namespace = ns
+	if err := eppreplica.ApplySlice(context.Background(), env.Clientset, s, "test"); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -296,14 +239,14 @@ func TestRealEPPReplicasKnowEachOther(t *testing.T) {
 	var code int
 	var state string
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if code, state = get(t, rs[0].metrics, "/debug/plugins/state"); code != 0 || time.Now().After(deadline) {
+		if code, state = get(t, rs[0].Metrics, "/debug/plugins/state"); code != 0 || time.Now().After(deadline) {
 			break
 		}
 	}
-	if code != http.StatusOK || !strings.Contains(state, `"peers"`) || !strings.Contains(state, rs[1].pod) || !strings.Contains(state, "endpointslice-peer-discovery") {
+	if code != http.StatusOK || !strings.Contains(state, `"peers"`) || !strings.Contains(state, rs[1].Pod) || !strings.Contains(state, "endpointslice-peer-discovery") {
 		t.Fatalf("GET /debug/plugins/state on the EPP's metrics port: %d\n%s", code, state)
 	}
-	_, m := get(t, rs[0].metrics, "/metrics")
+	_, m := get(t, rs[0].Metrics, "/metrics")
 	for _, w := range []string{`epp_peer_discovery_peers{discovery="peers"} 2`, `epp_peer_discovery_synced{discovery="peers"} 1`} {
 		if !strings.Contains(m, w) {
 			t.Errorf("the EPP's /metrics lacks %s", w)
@@ -344,7 +287,7 @@ func TestRealEPPLeaderElectionStandbys(t *testing.T) {
 		standbys = map[int]bool{}
 		var answers []string
 		for i, r := range rs {
-			st, err := readiness(r.grpcHealth)
+			st, err := r.Ready(context.Background())
 			answers = append(answers, fmt.Sprintf("replica %d: %v %v", i, st, err))
 			if err != nil || st != healthpb.HealthCheckResponse_SERVING {
 				standbys[i] = true
@@ -373,26 +316,6 @@ func TestRealEPPLeaderElectionStandbys(t *testing.T) {
 	waitViews(t, "leader and standbys", 90*time.Second, rs, all, func(i int) string { return want(rs, i, standbys) })
 }
 
-// readiness asks the EPP's gRPC health server at addr (127.0.0.1) for its readiness
-// service, as the kubelet's grpc probe does.
-func readiness(addr string) (healthpb.HealthCheckResponse_ServingStatus, error) {
-	if !strings.HasPrefix(addr, "127.0.0.1:") {
-		return 0, fmt.Errorf("refusing to dial %s: tests talk to 127.0.0.1 only", addr)
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: "readiness"})
-	if err != nil {
-		return 0, err
-	}
-	return resp.GetStatus(), nil
-}
-
 var client = &http.Client{Timeout: 5 * time.Second}
 
 func get(t *testing.T, addr, path string) (int, string) {
@@ -413,22 +336,23 @@ func TestRealEPPStartsAgainWhenAPortIsTaken(t *testing.T) {
 		t.Fatal(err)
 	}
 	var taken net.Listener
-	launch := eppLaunch{bin: eppBinary(t), beforeStart: func(r *replica, attempt int) {
+	l := eppLaunch(t, eppBinary(t))
+	l.BeforeStart = func(r *eppreplica.Replica, attempt int) {
 		if attempt == 0 {
-			if taken, err = net.Listen("tcp", r.metrics); err != nil {
-				t.Errorf("taking %s: %v", r.metrics, err)
+			if taken, err = net.Listen("tcp", r.Metrics); err != nil {
+				t.Errorf("taking %s: %v", r.Metrics, err)
 			}
 		}
-	}}
-	r := launch.start(t, ns, 1, func(r *replica) string { return eppConfig("ready", r.debug) })[0]
+	}
+	r := startWith(t, l, ns, 1, func(r *replica) string { return eppConfig("ready", r.Debug) })[0]
 	if taken == nil {
 		t.FailNow()
 	}
 	defer taken.Close()
-	if r.metrics == taken.Addr().String() {
-		t.Fatalf("the replica's metrics address is %s, the port taken before its start", r.metrics)
+	if r.Metrics == taken.Addr().String() {
+		t.Fatalf("the replica's metrics address is %s, the port taken before its start", r.Metrics)
 	}
-	if code, _ := get(t, r.metrics, "/metrics"); code != http.StatusOK {
-		t.Fatalf("GET /metrics on the replica's metrics port %s: %d", r.metrics, code)
+	if code, _ := get(t, r.Metrics, "/metrics"); code != http.StatusOK {
+		t.Fatalf("GET /metrics on the replica's metrics port %s: %d", r.Metrics, code)
 	}
 }

@@ -7,19 +7,14 @@ import (
 	"io"
 	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/inflight"
 )
@@ -60,7 +55,7 @@ dataLayer:
     pluginRef: peer-discovery
   crossReplicaSyncerPluginRef: peer-syncer
   crossReplicaSyncInterval: %s
-`, r.debug, r.ip, r.syncPort, syncInterval, syncInterval)
+`, r.Debug, r.IP, r.SyncPort, syncInterval, syncInterval)
 }
 
 // modelServers creates n model-server pods (app=vllm), Running and Ready with
@@ -69,24 +64,13 @@ dataLayer:
 // configuration scrapes no metrics.
 func modelServers(t *testing.T, ns string, n int) []string {
 	t.Helper()
-	ctx := context.Background()
-	var ids []string
+	var ips []string
 	for i := range n {
-		pod := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("vllm-%d", i), Namespace: ns, Labels: map[string]string{"app": "vllm"}},
-			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "vllm", Image: "vllm:test", Ports: []corev1.ContainerPort{{ContainerPort: 8000}}}}},
-		}
-		created, err := env.Clientset.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ip := netns.Addr(100 + i)
-		created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}
-		if _, err := env.Clientset.CoreV1().Pods(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, ns+"/"+pod.Name+"-rank-0") // the EPP's endpoint ID of the pod's one rank
+		ips = append(ips, netns.Addr(100+i))
+	}
+	ids, err := eppreplica.ModelServerPods(context.Background(), env.Clientset, ns, ips)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ids
 }
@@ -96,24 +80,19 @@ func modelServers(t *testing.T, ns string, n int) []string {
 // of its own (they share one machine).
 func writeSyncSlices(t *testing.T, ns string, rs []*replica, members []int) {
 	t.Helper()
-	ctx := context.Background()
-	api := env.Clientset.DiscoveryV1().EndpointSlices(ns)
-	for i, r := range rs {
-		name := "epp-r" + strconv.Itoa(i)
-		if !slices.Contains(members, i) {
-			if err := api.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-				t.Fatal(err)
-			}
-			continue
-		}
-		applySlice(t, ns, slicegen.Slice(name, slicegen.Namespace(ns), slicegen.Ports("peer-sync", int(r.syncPort)), slicegen.Pod(r.pod, r.ip)))
+	var reps []*eppreplica.Replica
+	for _, r := range rs {
+		reps = append(reps, r.Replica)
+	}
+	if err := eppreplica.WriteSyncSlices(context.Background(), env.Clientset, ns, reps, members, "test"); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // syncDoc is the replica's /debug/peer-sync for the in-flight load.
 func (r *replica) syncDoc() (peersync.Document, error) {
 	var doc peersync.Document
-	code, body := getNoFail(r.debug, "/debug/peer-sync?key=inflight:")
+	code, body := getNoFail(r.Debug, "/debug/peer-sync?key=inflight:")
 	if code != 200 {
 		return doc, fmt.Errorf("GET /debug/peer-sync: %d %s", code, body)
 	}
@@ -141,12 +120,12 @@ func waitLoads(t *testing.T, step string, within time.Duration, rs []*replica, w
 		for _, i := range which {
 			got, err := rs[i].loads()
 			if err != nil {
-				wrong = append(wrong, fmt.Sprintf("%s: %v", rs[i].pod, err))
+				wrong = append(wrong, fmt.Sprintf("%s: %v", rs[i].Pod, err))
 				continue
 			}
 			for ep, n := range want {
 				if v, ok := got[ep]; !ok || v != n {
-					wrong = append(wrong, fmt.Sprintf("%s sees %s, want %s", rs[i].pod, inflight.Describe(got), inflight.Describe(want)))
+					wrong = append(wrong, fmt.Sprintf("%s sees %s, want %s", rs[i].Pod, inflight.Describe(got), inflight.Describe(want)))
 					break
 				}
 			}
@@ -212,7 +191,7 @@ func TestRealEPPSharesInFlightLoad(t *testing.T) {
 		var reqs []*extproc.Request
 		counts := map[string]int64{ids[0]: 0, ids[1]: 0}
 		for range n {
-			req, err := extproc.Send(a.grpc)
+			req, err := extproc.Send(a.GRPC)
 			if err != nil {
 				t.Fatalf("request through A: %v\nA's output:\n%s", err, a.out.String())
 			}
@@ -248,7 +227,7 @@ func TestRealEPPSharesInFlightLoad(t *testing.T) {
 	}
 	for trial := range 8 {
 		waitLoads(t, "B sees A's load", 5*time.Second, rs, []int{1}, held)
-		req, err := extproc.Send(b.grpc)
+		req, err := extproc.Send(b.GRPC)
 		if err != nil {
 			t.Fatalf("request through B: %v", err)
 		}

@@ -16,8 +16,8 @@ import (
 	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/wiring"
 )
 
@@ -118,7 +118,7 @@ dataLayer:
   peerDiscovery:
     pluginRef: static
 `
-	r := thirdPartyLaunch(t).start(t, ns, 1, func(*replica) string { return config })[0]
+	r := startWith(t, thirdPartyLaunch(t), ns, 1, func(*replica) string { return config })[0]
 	const ready = "peer discovery ready: the peer store holds the initial set"
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		line := ""
@@ -140,13 +140,15 @@ dataLayer:
 }
 
 // thirdPartyLaunch starts replicas of thirdPartyEPPMain (the test binary).
-func thirdPartyLaunch(t *testing.T) eppLaunch {
+func thirdPartyLaunch(t *testing.T) eppreplica.Launch {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return eppLaunch{bin: self, env: []string{asThirdPartyEPP + "=1"}, args: []string{"--allow-experimental-plugins"}}
+	l := eppLaunch(t, self, "--allow-experimental-plugins")
+	l.Env = []string{asThirdPartyEPP + "=1"}
+	return l
 }
 
 // TestRealEPPRefusesAPluginThatIsNoPeerDiscovery: a pluginRef that names a plugin
@@ -171,8 +173,8 @@ dataLayer:
   peerDiscovery:
     pluginRef: scores
 `
-	r := &replica{pod: "epp-7d9f8c6b5-r0", ip: netns.Addr(10)}
-	err = thirdPartyLaunch(t).startOne(t, r, kubeconfigFile(t), ns, func(*replica) string { return config })
+	rs := []*replica{{Replica: eppreplica.New(0)}}
+	err = launch(t, thirdPartyLaunch(t), ns, rs, func(*replica) string { return config })
 	const want = `peer discovery: plugin \"scores\" (type \"not-a-peer-discovery\") does not implement datalayer.PeerDiscovery`
 	if err == nil || !strings.Contains(err.Error(), "exit status 1") || !strings.Contains(err.Error(), want) {
 		t.Fatalf("the EPP with pluginRef naming a plugin that is no peer discovery: %v\nwant it to exit with code 1, saying %s", err, want)
