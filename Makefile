@@ -107,7 +107,7 @@ test-upstream-patch: k8s ## Apply llmdrouter/patches to a copy of the pinned ups
 
 ##@ Test
 .PHONY: test
-test: lint k8s test-unit test-fuzz test-integration test-llmdrouter test-upstream-patch bench-live-smoke bench-sync-smoke test-manifests test-terraform e2e-local e2e-scale ## Run every test tier (the README's test command).
+test: lint k8s test-unit test-fuzz test-integration test-llmdrouter test-upstream-patch bench-live-smoke bench-sync-smoke bench-routing-smoke test-manifests test-terraform e2e-local e2e-scale ## Run every test tier (the README's test command).
 
 .PHONY: test-unit
 test-unit: ## Unit tests (no API server).
@@ -343,6 +343,19 @@ bench-sync: k8s llmdrouter-work ## peer-syncer beside upstream's LocalSyncer: 3/
 bench-sync-smoke: k8s llmdrouter-work ## A short bench-sync (3 replicas, 100 endpoints, both syncers) that fails when peer-syncer does not share state.
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/syncbench ./internal/syncbench
 	$(BIN)/syncbench run --smoke --replicas=3 --endpoints=100 --window=3s --warmup=1s
+
+# Extra flags of routingbench run (e.g. BENCH_ROUTING_FLAGS="--seeds=1 --scale=0.5").
+BENCH_ROUTING_FLAGS ?=
+
+.PHONY: bench-routing
+bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 3 seeds; writes docs/PERFORMANCE.md and docs/routing-bench.svg (~15 min).
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
+	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
+
+.PHONY: bench-routing-smoke
+bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 and 3 replicas, one seed; ~1 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, or one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling.
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
+	$(BIN)/routingbench run --smoke --epp=$(LLMD_EPP) --configs=single,local --replicas=3 --workloads=multi-turn --sizes=fits --seeds=1
 
 .PHONY: clean
 clean: ## Remove bin/ except the Kubernetes binaries.

@@ -1,0 +1,579 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/cputime"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/loadgen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/modelsim"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
+)
+
+type runOptions struct {
+	configs  []configuration
+	replicas []int
+	kinds    []workload.Kind
+	sizes    []string
+	seeds    []uint64
+	servers  int
+	sim      modelsimFlags
+	scale    float64
+	write    string
+	plot     string
+	smoke    bool
+	epp      string
+	timeout  time.Duration
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func parseRunOptions(args []string) (runOptions, error) {
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	var o runOptions
+	o.sim.register(fs, benchCapacity)
+	configs := fs.String("configs", "single,local,peer,shared-index", "configurations, in order: single (one replica), local (LocalSyncer), peer (peer-syncer), shared-index (issue 31, not built yet)")
+	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
+	kinds := fs.String("workloads", "multi-turn,shared-prefix", "workloads: multi-turn, shared-prefix")
+	sizes := fs.String("sizes", "fits,exceeds", "sizes: fits (the working set fits the fleet's KV caches), exceeds")
+	seeds := fs.Int("seeds", 3, "seeds per workload (1, 2, ...)")
+	fs.IntVar(&o.servers, "servers", 8, "simulated model servers")
+	fs.Float64Var(&o.scale, "scale", 1, "multiplies every workload's number of sessions or requests")
+	fs.StringVar(&o.write, "write", "", "write the tables into this markdown file, between the routing-bench markers")
+	fs.StringVar(&o.plot, "plot", "", "write the plot (SVG) to this file")
+	fs.BoolVar(&o.smoke, "smoke", false, "fail unless every request was routed and answered, the servers' token counts match the generator's, and one replica's hit rate is above halfway from prefix-blind routing's to the ceiling")
+	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
+	fs.DurationVar(&o.timeout, "run-timeout", 2*time.Minute, "wall-clock bound of one run (one workload, size and seed)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if err := o.sim.validate(); err != nil {
+		return o, err
+	}
+	for _, name := range splitList(*configs) {
+		c, err := configurationNamed(name)
+		if err != nil {
+			return o, fmt.Errorf("--configs: %w", err)
+		}
+		o.configs = append(o.configs, c)
+	}
+	for _, f := range splitList(*replicas) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 2 || n > 50 {
+			return o, fmt.Errorf("--replicas=%q: want counts from 2 to 50, comma-separated", *replicas)
+		}
+		o.replicas = append(o.replicas, n)
+	}
+	for _, k := range splitList(*kinds) {
+		if k != string(workload.MultiTurn) && k != string(workload.SharedPrefix) {
+			return o, fmt.Errorf("--workloads: unknown workload %q: want %s or %s", k, workload.MultiTurn, workload.SharedPrefix)
+		}
+		o.kinds = append(o.kinds, workload.Kind(k))
+	}
+	for _, s := range splitList(*sizes) {
+		if s != sizeFits && s != sizeExceeds {
+			return o, fmt.Errorf("--sizes: unknown size %q: want %s or %s", s, sizeFits, sizeExceeds)
+		}
+		o.sizes = append(o.sizes, s)
+	}
+	if *seeds < 1 {
+		return o, fmt.Errorf("--seeds=%d: want at least 1", *seeds)
+	}
+	for i := range *seeds {
+		o.seeds = append(o.seeds, uint64(i+1))
+	}
+	switch {
+	case o.servers < 2 || o.servers > 100:
+		return o, fmt.Errorf("--servers=%d: want 2 to 100", o.servers)
+	case o.scale <= 0:
+		return o, fmt.Errorf("--scale=%v: want a positive factor", o.scale)
+	case o.epp == "":
+		return o, errors.New("--epp: the EPP build is required (make build-llmd builds bin/epp-llmd)")
+	case len(o.configs) == 0 || len(o.kinds) == 0 || len(o.sizes) == 0:
+		return o, errors.New("--configs, --workloads and --sizes: want at least one each")
+	}
+	if _, err := os.Stat(o.epp); err != nil {
+		return o, fmt.Errorf("--epp=%s: %w", o.epp, err)
+	}
+	return o, nil
+}
+
+func runMain(args []string) error {
+	o, err := parseRunOptions(args)
+	if err != nil {
+		return err
+	}
+	// A network namespace of its own: the replicas and the model servers have
+	// addresses an EndpointSlice and a pod accept, and nothing leaves the machine.
+	netns.Isolate("routingbench")
+	b, err := newBench(o)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	start := time.Now()
+	if err := b.runAll(); err != nil {
+		return err
+	}
+	rep := b.report(time.Since(start))
+	fmt.Println(rep.markdown)
+	if o.smoke {
+		return b.smokeCheck()
+	}
+	if o.write != "" {
+		if err := writeSection(o.write, rep.markdown); err != nil {
+			return err
+		}
+	}
+	if o.plot != "" {
+		if err := os.WriteFile(o.plot, []byte(rep.svg), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bench is one run of the benchmark: an API server, the simulated fleet, and the
+// results so far.
+type bench struct {
+	o       runOptions
+	env     *testenv.Env
+	fleet   *modelsim.Fleet
+	servers map[string]int
+	results []result
+	// refs are the prefix-blind and ceiling figures of each workload, size and seed.
+	refs map[refKey]reference
+	logf func(format string, args ...any)
+}
+
+type refKey struct {
+	kind workload.Kind
+	size string
+	seed uint64
+}
+
+// reference is what routing alone can do on a workload, independent of timing.
+type reference struct {
+	// blind is the hit rate of requests sent to servers at random (the fleet's
+	// caches, every request at once): what a router blind to prefixes gets.
+	blind float64
+	// ceiling is the hit rate of one cache without a bound: every token an earlier
+	// request sent is a hit, all that any routing can reach.
+	ceiling float64
+}
+
+func newBench(o runOptions) (*bench, error) {
+	b := &bench{o: o, servers: map[string]int{}, refs: map[refKey]reference{},
+		logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "routingbench: "+f+"\n", a...) }}
+	var err error
+	if b.env, err = testenv.Start(testenv.WithoutFsync()); err != nil {
+		return nil, err
+	}
+	var ls []net.Listener
+	for i := range o.servers {
+		l, err := net.Listen("tcp", net.JoinHostPort(netns.Addr(100+i), strconv.Itoa(eppreplica.ModelServerPort)))
+		if err != nil {
+			b.env.Stop()
+			return nil, fmt.Errorf("model server %d: %w", i, err)
+		}
+		ls = append(ls, l)
+		b.servers[l.Addr().String()] = i
+	}
+	if b.fleet, err = modelsim.StartFleet(o.sim.cfg, modelsim.NewClock(o.sim.speedup), ls, 5*time.Millisecond); err != nil {
+		b.env.Stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *bench) close() {
+	_ = b.fleet.Stop()
+	b.env.Stop()
+}
+
+// runAll runs every configuration, replica count, workload, size and seed.
+func (b *bench) runAll() error {
+	for _, c := range b.o.configs {
+		counts := b.o.replicas
+		if c.single {
+			counts = []int{1}
+		}
+		for _, n := range counts {
+			if err := b.runConfiguration(c, n); errors.Is(err, errNotBuilt) {
+				b.logf("%s: %v (skipped)", c.title, err)
+				break
+			} else if err != nil {
+				return fmt.Errorf("%s, %d replicas: %w", c.title, n, err)
+			}
+		}
+	}
+	return nil
+}
+
+// eppProc is a running EPP replica.
+type eppProc struct {
+	*eppreplica.Replica
+	cmd    *exec.Cmd
+	out    *capture.Buffer
+	client *extproc.Client
+	done   chan struct{}
+}
+
+func (b *bench) runConfiguration(c configuration, n int) error {
+	if c.pending {
+		return errNotBuilt
+	}
+	ctx := context.Background()
+	reps := make([]*eppreplica.Replica, n)
+	configs := make([]string, n)
+	for i := range reps {
+		reps[i] = eppreplica.New(i)
+		configs[i] = c.config(reps[i])
+	}
+	ns, err := b.env.CreateNamespace(ctx, "routing-"+c.name, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = b.env.Clientset.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
+	var ips []string
+	for i := range b.o.servers {
+		ips = append(ips, netns.Addr(100+i))
+	}
+	if _, err := eppreplica.ModelServerPods(ctx, b.env.Clientset, ns, ips); err != nil {
+		return err
+	}
+	scrapes := b.scrapes()
+	procs, err := b.startReplicas(ns, reps, configs)
+	defer stopReplicas(procs)
+	if err != nil {
+		return err
+	}
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	if err := eppreplica.WriteSyncSlices(ctx, b.env.Clientset, ns, reps, all, "routingbench"); err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := b.waitReady(c, procs, scrapes); err != nil {
+		return err
+	}
+	time.Sleep(2 * time.Second) // the start's work done (informers, first scrapes)
+	idle, err := idleCPU(procs, 3*time.Second)
+	if err != nil {
+		return err
+	}
+	b.logf("%s × %d: ready after %v; idle, the replicas use %.1f%% of a core", c.title, n, time.Since(t0).Round(time.Millisecond), 100*idle)
+	for _, kind := range b.o.kinds {
+		for _, size := range b.o.sizes {
+			for _, seed := range b.o.seeds {
+				r, err := b.runCase(c, n, procs, kind, size, seed)
+				if err != nil {
+					return fmt.Errorf("%s %s, seed %d: %w", kind, size, seed, err)
+				}
+				r.idleCPU = idle
+				b.logf("%s × %d, %s %s, seed %d: %s", c.title, n, kind, size, seed, r.summary())
+				b.results = append(b.results, r)
+			}
+		}
+	}
+	return nil
+}
+
+func (b *bench) scrapes() []int64 {
+	out := make([]int64, len(b.fleet.Servers))
+	for i, s := range b.fleet.Servers {
+		out[i] = s.Scrapes()
+	}
+	return out
+}
+
+func (b *bench) startReplicas(ns string, reps []*eppreplica.Replica, configs []string) ([]*eppProc, error) {
+	dir, err := os.MkdirTemp("", "routingbench-")
+	if err != nil {
+		return nil, err
+	}
+	var procs []*eppProc
+	for i, r := range reps {
+		p := &eppProc{Replica: r, out: &capture.Buffer{}, done: make(chan struct{})}
+		home := filepath.Join(dir, r.Pod)
+		if err := os.MkdirAll(home, 0o755); err != nil {
+			return procs, err
+		}
+		// --tracing=false: upstream's chart passes it (its default, true, prints every
+		// request's spans to stdout).
+		p.cmd = exec.Command(b.o.epp, r.Args(ns, configs[i], "--tracing=false")...)
+		p.cmd.Env = r.Env(os.Getenv("PATH"), home, b.env.Kubeconfig, ns)
+		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+		if err := p.cmd.Start(); err != nil {
+			return procs, err
+		}
+		go func() { _ = p.cmd.Wait(); close(p.done) }()
+		if p.client, err = extproc.Dial(r.GRPC); err != nil {
+			return procs, err
+		}
+		procs = append(procs, p)
+	}
+	return procs, nil
+}
+
+func stopReplicas(procs []*eppProc) {
+	for _, p := range procs {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range procs {
+		select {
+		case <-p.done:
+		case <-time.After(20 * time.Second):
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		_ = p.client.Close()
+	}
+}
+
+var httpClient = &http.Client{Timeout: 5 * time.Second}
+
+// waitReady waits until every replica answers readiness SERVING, lists the others
+// as its peers (with peer-syncer: every peer in sync), and has read every model
+// server's metrics a few times.
+func (b *bench) waitReady(c configuration, procs []*eppProc, scrapes0 []int64) error {
+	n := len(procs)
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		var wrong []string
+		for _, p := range procs {
+			select {
+			case <-p.done:
+				return fmt.Errorf("replica %s exited: %v; its output:\n%s", p.Pod, p.cmd.ProcessState, tail(p.out.String()))
+			default:
+			}
+			if st, err := p.Ready(context.Background()); err != nil || st != healthpb.HealthCheckResponse_SERVING {
+				wrong = append(wrong, fmt.Sprintf("%s: readiness %v %v", p.Pod, st, err))
+				continue
+			}
+			doc, _, err := peerdoc.Get(p.Debug)
+			if err != nil || doc.Synced == nil || !*doc.Synced || len(doc.Peers) != n-1 {
+				wrong = append(wrong, fmt.Sprintf("%s: %d peers (want %d), %v", p.Pod, len(doc.Peers), n-1, err))
+				continue
+			}
+			if c.name == "peer" && n > 1 {
+				if in, err := inSync(p.Debug); err != nil || in != n-1 {
+					wrong = append(wrong, fmt.Sprintf("%s: %d peers in sync (want %d), %v", p.Pod, in, n-1, err))
+				}
+			}
+		}
+		for i, s := range b.fleet.Servers {
+			if got := s.Scrapes() - scrapes0[i]; got < int64(5*n) {
+				wrong = append(wrong, fmt.Sprintf("server %d: %d scrapes, want %d (5 a replica)", i, got, 5*n))
+			}
+		}
+		if len(wrong) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			msg := fmt.Sprintf("not ready after 2 minutes: %s", strings.Join(wrong, "; "))
+			for _, p := range procs {
+				msg += fmt.Sprintf("\n%s's output:\n%s", p.Pod, tail(p.out.String()))
+			}
+			return errors.New(msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// inSync is how many peers the replica's peer-syncer has in sync.
+func inSync(debug string) (int, error) {
+	resp, err := httpClient.Get("http://" + debug + "/debug/peer-sync?key=none")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var doc peersync.Document
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range doc.Peers {
+		if p.InSync {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// tail is the start and the end of a process's output.
+func tail(s string) string {
+	if len(s) > 6000 {
+		s = s[:2000] + "\n[...]\n" + s[len(s)-4000:]
+	}
+	return s
+}
+
+// salt makes a run's text its own: no prefix of it was ever sent before, to any
+// replica or server of the bench.
+func salt(parts ...any) uint64 {
+	h := fnv.New64a()
+	_, _ = fmt.Fprint(h, parts...)
+	return h.Sum64()
+}
+
+// runCase runs one workload, size and seed through the replicas, from empty model
+// server caches.
+func (b *bench) runCase(c configuration, n int, procs []*eppProc, kind workload.Kind, size string, seed uint64) (result, error) {
+	spec, err := preset(kind, size, b.o.scale)
+	if err != nil {
+		return result{}, err
+	}
+	convs, err := workload.Generate(spec, seed, salt(c.name, n, kind, size, seed))
+	if err != nil {
+		return result{}, err
+	}
+	ref, err := b.reference(kind, size, seed, spec)
+	if err != nil {
+		return result{}, err
+	}
+	if err := b.waitIdle(); err != nil {
+		return result{}, err
+	}
+	for _, s := range b.fleet.Servers {
+		if err := s.Reset(); err != nil {
+			return result{}, err
+		}
+	}
+	_ = b.fleet.TakeBalance()
+	st0 := b.fleet.Stats()
+	cpu0, err := cpuOf(procs)
+	if err != nil {
+		return result{}, err
+	}
+	clients := make([]*extproc.Client, len(procs))
+	for i, p := range procs {
+		clients[i] = p.client
+	}
+	opts := loadgen.Options{Clock: b.fleet.Clock, Replicas: clients, Servers: b.servers, Model: b.o.sim.cfg.Model,
+		Seed: seed, RunID: fmt.Sprintf("%s%d-%s-%s-%d", c.name, n, kind, size, seed), Timeout: 30 * time.Second,
+		Start: b.fleet.Clock.Now()} // the clock runs across runs: this run's time 0 is now
+	ctx, cancel := context.WithTimeout(context.Background(), b.o.timeout)
+	defer cancel()
+	start := time.Now()
+	records := loadgen.Run(ctx, opts, convs)
+	wall := time.Since(start)
+	if err := b.waitIdle(); err != nil {
+		return result{}, err
+	}
+	cpu1, err := cpuOf(procs)
+	if err != nil {
+		return result{}, err
+	}
+	st1 := b.fleet.Stats()
+	r := summarize(records, convs, b.o.sim.cfg.BlockTokens)
+	r.config, r.title, r.replicas, r.kind, r.size, r.seed = c.name, c.title, n, kind, size, seed
+	r.wall = wall
+	r.ref = ref
+	r.imbalance = b.fleet.TakeBalance().Imbalance()
+	r.server = diff(st1, st0)
+	r.cpu = cpu1 - cpu0
+	r.check()
+	return r, nil
+}
+
+func diff(a, b modelsim.Stats) modelsim.Stats {
+	return modelsim.Stats{Requests: a.Requests - b.Requests, Aborted: a.Aborted - b.Aborted, PromptTokens: a.PromptTokens - b.PromptTokens,
+		CachedTokens: a.CachedTokens - b.CachedTokens, OutputTokens: a.OutputTokens - b.OutputTokens, Steps: a.Steps - b.Steps, Late: a.Late - b.Late}
+}
+
+// idleCPU is the replicas' CPU time per wall-clock second, in all, over window
+// with no request (scraping the model servers' metrics, discovery, sync).
+func idleCPU(procs []*eppProc, window time.Duration) (float64, error) {
+	c0, err := cpuOf(procs)
+	if err != nil {
+		return 0, err
+	}
+	t0 := time.Now()
+	time.Sleep(window)
+	c1, err := cpuOf(procs)
+	if err != nil {
+		return 0, err
+	}
+	return float64(c1-c0) / float64(time.Since(t0)), nil
+}
+
+func cpuOf(procs []*eppProc) (time.Duration, error) {
+	var sum time.Duration
+	for _, p := range procs {
+		c, err := cputime.Of(p.cmd.Process.Pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += c
+	}
+	return sum, nil
+}
+
+// waitIdle waits (up to a minute) until no server runs or holds a request.
+func (b *bench) waitIdle() error {
+	for deadline := time.Now().Add(time.Minute); !b.fleet.Idle(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return errors.New("the model servers still have requests a minute after the run")
+		}
+	}
+	return nil
+}
+
+// floor is the hit rate one replica must beat on a workload that fits: halfway
+// from prefix-blind routing to the ceiling.
+func (r reference) floor() float64 { return r.blind + (r.ceiling-r.blind)/2 }
+
+// reference computes (once per workload, size and seed) what prefix-blind routing
+// and a single unbounded cache hit on the workload.
+func (b *bench) reference(kind workload.Kind, size string, seed uint64, spec workload.Spec) (reference, error) {
+	key := refKey{kind, size, seed}
+	if r, ok := b.refs[key]; ok {
+		return r, nil
+	}
+	convs, err := workload.Generate(spec, seed, 0)
+	if err != nil {
+		return reference{}, err
+	}
+	m := b.o.servers
+	blind := workload.ReplayCaches(convs, m, b.o.sim.cfg.CapacityBlocks, b.o.sim.cfg.BlockTokens, func(conv, turn int) int {
+		return int(salt("blind", seed, conv, turn) % uint64(m))
+	})
+	ceiling := workload.ReplayCaches(convs, 1, 1<<40, b.o.sim.cfg.BlockTokens, func(int, int) int { return 0 })
+	r := reference{blind: blind.HitRate(), ceiling: ceiling.HitRate()}
+	b.refs[key] = r
+	return r, nil
+}

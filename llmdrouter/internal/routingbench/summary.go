@@ -1,0 +1,179 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/loadgen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/modelsim"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
+)
+
+// result is one run: a configuration and replica count, a workload, size and seed.
+type result struct {
+	config, title string
+	replicas      int
+	kind          workload.Kind
+	size          string
+	seed          uint64
+	ref           reference
+
+	// From the generator's records.
+	want       int // requests of the workload
+	sent       int // requests recorded
+	answered   int // answered with no error
+	errors     int
+	wrongText  int // answers that were not the simulator's for their prompt
+	unrouted   int // routed to no known server
+	reuse      int // requests after the first that could reuse an earlier prompt's blocks
+	precise    int // ... sent to a server that still held them
+	followUps  int // turns after a conversation's first
+	sameServer int // ... sent to the server of the turn before
+	genPrompt  int64
+	srvPrompt  int64 // usage.prompt_tokens, summed
+	srvCached  int64 // usage.prompt_tokens_details.cached_tokens, summed
+	ttft       []time.Duration
+	route      []time.Duration
+	errorText  string // the first error
+
+	// From the servers and the replicas.
+	server    modelsim.Stats // counters over the run
+	imbalance float64
+	cpu       time.Duration // every replica's CPU time over the run
+	idleCPU   float64       // the replicas' CPU time per second with no request
+	wall      time.Duration
+
+	// problems are accounting mismatches (check).
+	problems []string
+}
+
+// summarize reads a run's records; blockTokens is the servers' block size.
+func summarize(records []loadgen.Record, convs []workload.Conversation, blockTokens int) result {
+	r := result{want: workload.Requests(convs), sent: len(records)}
+	slices.SortFunc(records, func(a, b loadgen.Record) int {
+		if a.Conv != b.Conv {
+			return a.Conv - b.Conv
+		}
+		return a.Turn - b.Turn
+	})
+	prevServer := map[int]int{}
+	for _, rec := range records {
+		r.genPrompt += int64(rec.PromptTokens)
+		if rec.Err != "" {
+			r.errors++
+			if r.errorText == "" {
+				r.errorText = rec.Err
+			}
+			continue
+		}
+		r.answered++
+		if !rec.AnswerOK {
+			r.wrongText++
+		}
+		if rec.Server < 0 {
+			r.unrouted++
+		}
+		r.srvPrompt += int64(rec.ServerPromptTokens)
+		r.srvCached += int64(rec.CachedTokens)
+		r.ttft = append(r.ttft, rec.TTFT)
+		r.route = append(r.route, rec.Route)
+		if full := rec.ReuseTokens / blockTokens * blockTokens; full > 0 {
+			r.reuse++
+			if rec.CachedTokens >= full {
+				r.precise++
+			}
+		}
+		if rec.Turn > 0 {
+			r.followUps++
+			if prev, ok := prevServer[rec.Conv]; ok && prev == rec.Server {
+				r.sameServer++
+			}
+		}
+		prevServer[rec.Conv] = rec.Server
+	}
+	slices.Sort(r.ttft)
+	slices.Sort(r.route)
+	return r
+}
+
+// check records every way the run's accounting does not add up: every request
+// of the workload routed and answered with the simulator's answer, and the
+// servers' token counts equal to the generator's and to the answers' usage.
+func (r *result) check() {
+	add := func(f string, a ...any) { r.problems = append(r.problems, fmt.Sprintf(f, a...)) }
+	if r.sent != r.want || r.answered != r.want {
+		add("%d of %d requests sent, %d answered (first error: %s)", r.sent, r.want, r.answered, r.errorText)
+	}
+	if r.unrouted > 0 {
+		add("%d requests routed to no model server of the run", r.unrouted)
+	}
+	if r.wrongText > 0 {
+		add("%d answers were not the simulator's for their prompt", r.wrongText)
+	}
+	if r.errors == 0 && r.genPrompt != r.srvPrompt {
+		add("the generator sent %d prompt tokens, the answers' usage counts %d", r.genPrompt, r.srvPrompt)
+	}
+	if r.server.Requests != int64(r.answered) || r.server.PromptTokens != r.srvPrompt || r.server.CachedTokens != r.srvCached {
+		add("the servers counted %d requests, %d prompt and %d cached tokens; the answers say %d, %d and %d",
+			r.server.Requests, r.server.PromptTokens, r.server.CachedTokens, r.answered, r.srvPrompt, r.srvCached)
+	}
+	if r.server.Aborted > 0 {
+		add("%d requests aborted at the servers", r.server.Aborted)
+	}
+}
+
+// hitRate is the servers' cached over prompt tokens.
+func (r result) hitRate() float64 {
+	if r.server.PromptTokens == 0 {
+		return 0
+	}
+	return float64(r.server.CachedTokens) / float64(r.server.PromptTokens)
+}
+
+// precision is the share of requests that could reuse an earlier prompt (a
+// conversation's previous turn; a shared prefix after its group's first request)
+// sent to a server that still held it.
+func (r result) precision() float64 { return ratio(r.precise, r.reuse) }
+
+// sameServerShare is the share of follow-up turns sent to the previous turn's server.
+func (r result) sameServerShare() float64 { return ratio(r.sameServer, r.followUps) }
+
+func ratio(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
+}
+
+// reqPerSec is the answered requests per wall-clock second of the run.
+func (r result) reqPerSec() float64 { return float64(r.answered) / r.wall.Seconds() }
+
+// cpuPerRequest is the replicas' CPU time per answered request beyond what they
+// use idle (scraping metrics, discovery, sync) over the same time.
+func (r result) cpuPerRequest() time.Duration {
+	if r.answered == 0 {
+		return 0
+	}
+	busy := r.cpu - time.Duration(r.idleCPU*float64(r.wall))
+	return max(0, busy) / time.Duration(r.answered)
+}
+
+func (r result) summary() string {
+	s := fmt.Sprintf("hit %.3f (blind %.3f, ceiling %.3f), precision %.2f, same server %.2f, imbalance %.2f, TTFT p50 %v p99 %v, %d/%d answered, %.0f req/s, EPP CPU %v/request, route p50 %v p99 %v, %d late steps of %d",
+		r.hitRate(), r.ref.blind, r.ref.ceiling, r.precision(), r.sameServerShare(), r.imbalance,
+		percentile(r.ttft, 0.5).Round(time.Millisecond), percentile(r.ttft, 0.99).Round(time.Millisecond),
+		r.answered, r.want, r.reqPerSec(), r.cpuPerRequest().Round(time.Microsecond),
+		percentile(r.route, 0.5).Round(100*time.Microsecond), percentile(r.route, 0.99).Round(100*time.Microsecond), r.server.Late, r.server.Steps)
+	if len(r.problems) > 0 {
+		s += fmt.Sprintf("; PROBLEMS: %v", r.problems)
+	}
+	return s
+}
