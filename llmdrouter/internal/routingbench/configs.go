@@ -74,6 +74,12 @@ func discovery(r *eppreplica.Replica) string {
 `, eppreplica.Service, r.Debug, r.SyncAddress())
 }
 
+// activeRequestScorer is the profile entry of active-request-scorer, the upstream
+// scorer of in-flight load, with the weight this project's chart gives it.
+const activeRequestScorer = `      - pluginRef: active-request-scorer
+        weight: 2
+`
+
 var configurations = []configuration{
 	{
 		name: "single", title: "one replica", single: true,
@@ -84,6 +90,15 @@ var configurations = []configuration{
 		// (upstream's LocalSyncer, the default with no syncer configured).
 		name: "local", title: "LocalSyncer (nothing shared)",
 		config: func(r *eppreplica.Replica) string { return defaultProfile(discovery(r), "", "") },
+	},
+	{
+		// A control for peer: its profile (active-request-scorer, weight 2) on
+		// upstream's LocalSyncer, so that the scorer's part and the sharing's part
+		// of peer's figures can be told apart. Not in the default set.
+		name: "local-active", title: "LocalSyncer + active-request-scorer (control)",
+		config: func(r *eppreplica.Replica) string {
+			return defaultProfile(discovery(r)+"  - type: active-request-scorer\n", activeRequestScorer, "")
+		},
 	},
 	{
 		// In-flight load shared by peer-syncer, and active-request-scorer (weight 2),
@@ -97,9 +112,7 @@ var configurations = []configuration{
     parameters:
       peerDiscoveryRef: peer-discovery
       interval: `+syncInterval+`
-`, `      - pluginRef: active-request-scorer
-        weight: 2
-`, `  crossReplicaSyncerPluginRef: peer-syncer
+`, activeRequestScorer, `  crossReplicaSyncerPluginRef: peer-syncer
   crossReplicaSyncInterval: `+syncInterval+`
 `)
 		},

@@ -21,6 +21,7 @@ var series = []struct {
 	config, label, color string
 }{
 	{"local", "LocalSyncer (nothing shared)", "#1f77b4"},
+	{"local-active", "LocalSyncer + active-request-scorer (control)", "#9467bd"},
 	{"peer", "peer-syncer (in-flight load shared)", "#ff7f0e"},
 	{"shared-index", "shared prefix index (issue 31, not built yet)", "#2ca02c"},
 }

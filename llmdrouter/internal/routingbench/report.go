@@ -128,6 +128,13 @@ func (b *bench) report(took time.Duration) rendered {
 		}
 		fmt.Fprintf(&sb, " %s %.1f%% of a core%s", k, 100*idle[k], sep)
 	}
+	for _, f := range b.failures {
+		line, _, _ := strings.Cut(f, "\n")
+		if len(line) > 300 {
+			line = line[:300] + "…"
+		}
+		fmt.Fprintf(&sb, "\n\nNot measured (see the run's log): %s", line)
+	}
 	sb.WriteString("\n\n![Cache hit rate and TTFT p99 against the number of replicas, per configuration](routing-bench.svg)\n")
 	var panels []panel
 	for _, kind := range b.o.kinds {
@@ -230,6 +237,9 @@ func (b *bench) smokeCheck() error {
 			errs = append(errs, fmt.Errorf("one replica, %s %s seed %d: hit rate %.3f, not above %.3f, halfway from prefix-blind routing's %.3f to the ceiling %.3f: the EPP's prefix-cache scoring does not work on this workload",
 				r.kind, r.size, r.seed, r.hitRate(), floor, r.ref.blind, r.ref.ceiling))
 		}
+	}
+	for _, f := range b.failures {
+		errs = append(errs, errors.New(f))
 	}
 	if len(b.results) == 0 {
 		errs = append(errs, errors.New("nothing ran"))
