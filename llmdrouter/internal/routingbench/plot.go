@@ -38,18 +38,30 @@ const (
 // over the seeds as bars), as an SVG document.
 func plot(panels []panel, counts []int) string {
 	xs := append([]int{1}, counts...)
-	w := max(marginL+len(panels)*(chartW+gapX), 1180) // the title and legend fit
+	// The legend names the configurations of the run (one not built yet too).
+	var legend []string
+	lx := marginL
+	for _, s := range series {
+		present := false
+		for _, p := range panels {
+			for _, c := range p.cells {
+				present = present || c.config == s.config
+			}
+		}
+		if !present {
+			continue
+		}
+		legend = append(legend, fmt.Sprintf(`<line x1="%d" y1="38" x2="%d" y2="38" stroke="%s" stroke-width="2"/><text x="%d" y="42">%s</text>`, lx, lx+18, s.color, lx+22, html.EscapeString(s.label)))
+		lx += 36 + 6*len(s.label)
+	}
+	legend = append(legend, fmt.Sprintf(`<line x1="%d" y1="38" x2="%d" y2="38" stroke="#777" stroke-dasharray="4 3"/><text x="%d" y="42">prefix-blind routing</text>`, lx, lx+18, lx+22))
+	w := max(marginL+len(panels)*(chartW+gapX), lx+160) // the legend fits
 	h := marginT + 2*(chartH+gapY)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", w, h, w, h)
 	fmt.Fprintf(&sb, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
 	fmt.Fprintf(&sb, `<text x="%d" y="18" font-size="13" font-weight="bold">Routing quality of active-active EPP replicas against one replica (make bench-routing; medians, bars: range over the seeds)</text>`+"\n", marginL)
-	lx := marginL
-	for _, s := range series {
-		fmt.Fprintf(&sb, `<line x1="%d" y1="38" x2="%d" y2="38" stroke="%s" stroke-width="2"/><text x="%d" y="42">%s</text>`+"\n", lx, lx+18, s.color, lx+22, html.EscapeString(s.label))
-		lx += 36 + 6*len(s.label)
-	}
-	fmt.Fprintf(&sb, `<line x1="%d" y1="38" x2="%d" y2="38" stroke="#777" stroke-dasharray="4 3"/><text x="%d" y="42">prefix-blind routing</text>`+"\n", lx, lx+18, lx+22)
+	sb.WriteString(strings.Join(legend, "\n") + "\n")
 	for row, label := range []string{"cache hit rate", "TTFT p99 (s, simulated)"} {
 		y := marginT + row*(chartH+gapY) + chartH/2
 		fmt.Fprintf(&sb, `<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle" font-weight="bold">%s</text>`+"\n", y, y, label)
