@@ -10,21 +10,19 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 	"time"
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/cputime"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
@@ -248,10 +246,8 @@ func (b *bench) runAll() error {
 // eppProc is a running EPP replica.
 type eppProc struct {
 	*eppreplica.Replica
-	cmd    *exec.Cmd
-	out    *capture.Buffer
-	client *extproc.Client
-	done   chan struct{}
+	process *proc.Process
+	client  *extproc.Client
 }
 
 func (b *bench) runConfiguration(c configuration, n int) error {
@@ -260,10 +256,8 @@ func (b *bench) runConfiguration(c configuration, n int) error {
 	}
 	ctx := context.Background()
 	reps := make([]*eppreplica.Replica, n)
-	configs := make([]string, n)
 	for i := range reps {
 		reps[i] = eppreplica.New(i)
-		configs[i] = c.config(reps[i])
 	}
 	ns, err := b.env.CreateNamespace(ctx, "routing-"+c.name, nil)
 	if err != nil {
@@ -277,8 +271,13 @@ func (b *bench) runConfiguration(c configuration, n int) error {
 	if _, err := eppreplica.ModelServerPods(ctx, b.env.Clientset, ns, ips); err != nil {
 		return err
 	}
+	home, err := os.MkdirTemp("", "routingbench-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(home) }()
 	scrapes := b.scrapes()
-	procs, err := b.startReplicas(ns, reps, configs)
+	procs, err := b.startReplicas(ns, home, reps, c.config)
 	defer stopReplicas(procs)
 	if err != nil {
 		return err
@@ -326,47 +325,45 @@ func (b *bench) scrapes() []int64 {
 	return out
 }
 
-func (b *bench) startReplicas(ns string, reps []*eppreplica.Replica, configs []string) ([]*eppProc, error) {
-	dir, err := os.MkdirTemp("", "routingbench-")
-	if err != nil {
-		return nil, err
-	}
+// startReplicas starts the replicas reps in namespace ns with the configuration
+// config gives each, their HOMEs in dir, and returns once they listen on their
+// ports (eppreplica.Launch: a replica whose port was taken before it bound it is
+// started again on other ports). The replicas that started are returned also with
+// an error; stop them with stopReplicas.
+func (b *bench) startReplicas(ns, dir string, reps []*eppreplica.Replica, config func(*eppreplica.Replica) string) ([]*eppProc, error) {
+	// --tracing=false: upstream's chart passes it (its default, true, prints every
+	// request's spans to stdout).
+	l := eppreplica.Launch{Bin: b.o.epp, Kubeconfig: b.env.Kubeconfig, Dir: dir, Args: []string{"--tracing=false"}, Logf: b.logf}
+	ps, err := l.Start(ns, reps, func(i int) string { return config(reps[i]) })
 	var procs []*eppProc
-	for i, r := range reps {
-		p := &eppProc{Replica: r, out: &capture.Buffer{}, done: make(chan struct{})}
-		home := filepath.Join(dir, r.Pod)
-		if err := os.MkdirAll(home, 0o755); err != nil {
+	for i, p := range ps {
+		if p != nil {
+			procs = append(procs, &eppProc{Replica: reps[i], process: p})
+		}
+	}
+	if err != nil {
+		return procs, err
+	}
+	for _, p := range procs {
+		if p.client, err = extproc.Dial(p.GRPC); err != nil {
 			return procs, err
 		}
-		// --tracing=false: upstream's chart passes it (its default, true, prints every
-		// request's spans to stdout).
-		p.cmd = exec.Command(b.o.epp, r.Args(ns, configs[i], "--tracing=false")...)
-		p.cmd.Env = r.Env(os.Getenv("PATH"), home, b.env.Kubeconfig, ns)
-		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-		if err := p.cmd.Start(); err != nil {
-			return procs, err
-		}
-		go func() { _ = p.cmd.Wait(); close(p.done) }()
-		if p.client, err = extproc.Dial(r.GRPC); err != nil {
-			return procs, err
-		}
-		procs = append(procs, p)
 	}
 	return procs, nil
 }
 
+// stopReplicas stops the replicas, all at once (SIGTERM; killed when one has not
+// exited within proc.StopTimeout).
 func stopReplicas(procs []*eppProc) {
+	var wg sync.WaitGroup
 	for _, p := range procs {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		wg.Go(func() { _ = p.process.Stop() })
 	}
+	wg.Wait()
 	for _, p := range procs {
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
+		if p.client != nil {
+			_ = p.client.Close()
 		}
-		_ = p.client.Close()
 	}
 }
 
@@ -382,8 +379,12 @@ func (b *bench) waitReady(c configuration, procs []*eppProc, scrapes0 []int64) e
 		var wrong []string
 		for _, p := range procs {
 			select {
-			case <-p.done:
-				return fmt.Errorf("replica %s exited: %v; its output:\n%s", p.Pod, p.cmd.ProcessState, tail(p.out.String()))
+			case <-p.process.Exited():
+				exit := p.process.ExitError()
+				if exit == nil {
+					exit = errors.New("exit code 0")
+				}
+				return fmt.Errorf("replica %s exited (%w); its output:\n%s", p.Pod, exit, tail(p.process.Output().String()))
 			default:
 			}
 			if st, err := p.Ready(context.Background()); err != nil || st != healthpb.HealthCheckResponse_SERVING {
@@ -412,7 +413,7 @@ func (b *bench) waitReady(c configuration, procs []*eppProc, scrapes0 []int64) e
 		if time.Now().After(deadline) {
 			msg := fmt.Sprintf("not ready after 2 minutes: %s", strings.Join(wrong, "; "))
 			for _, p := range procs {
-				msg += fmt.Sprintf("\n%s's output:\n%s", p.Pod, tail(p.out.String()))
+				msg += fmt.Sprintf("\n%s's output:\n%s", p.Pod, tail(p.process.Output().String()))
 			}
 			return errors.New(msg)
 		}
@@ -540,7 +541,7 @@ func idleCPU(procs []*eppProc, window time.Duration) (float64, error) {
 func cpuOf(procs []*eppProc) (time.Duration, error) {
 	var sum time.Duration
 	for _, p := range procs {
-		c, err := cputime.Of(p.cmd.Process.Pid)
+		c, err := cputime.Of(p.process.Pid())
 		if err != nil {
 			return 0, err
 		}
