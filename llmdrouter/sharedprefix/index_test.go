@@ -116,7 +116,7 @@ func TestIndexRemovesAServerAndRebuildsFromASnapshot(t *testing.T) {
 // bytes a block; what breaks a bound is refused.
 func TestPlacementRoundTripAndBounds(t *testing.T) {
 	in := placement{server: "llm/vllm-3-rank-0", capacity: 31250, at: 1_700_000_000_000_000, hashes: hs(1, 1<<63, 42)}
-	b := appendPlacement(nil, in)
+	b := appendPlacement(in)
 	var out placement
 	if err := parsePlacement(&out, b); err != nil {
 		t.Fatal(err)
@@ -124,7 +124,7 @@ func TestPlacementRoundTripAndBounds(t *testing.T) {
 	if !reflect.DeepEqual(in, out) {
 		t.Fatalf("round trip: %+v, want %+v", out, in)
 	}
-	if per := float64(len(appendPlacement(nil, placement{server: in.server, capacity: 1, at: in.at, hashes: make([]blockHash, 100)}))-len(appendPlacement(nil, placement{server: in.server, capacity: 1, at: in.at}))) / 100; per != 8 {
+	if per := float64(len(appendPlacement(placement{server: in.server, capacity: 1, at: in.at, hashes: make([]blockHash, 100)}))-len(appendPlacement(placement{server: in.server, capacity: 1, at: in.at}))) / 100; per != 8 {
 		t.Errorf("%v bytes a block, want 8", per)
 	}
 	bad := map[string][]byte{
@@ -132,10 +132,10 @@ func TestPlacementRoundTripAndBounds(t *testing.T) {
 		"another version":     append([]byte{2}, b[1:]...),
 		"truncated":           b[:len(b)-3],
 		"trailing bytes":      append(slices.Clone(b), 0),
-		"no server":           appendPlacement(nil, placement{capacity: 1, hashes: hs(1)}),
-		"no capacity":         appendPlacement(nil, placement{server: "x", hashes: hs(1)}),
-		"too many hashes":     appendPlacement(nil, placement{server: "x", capacity: 1, hashes: make([]blockHash, maxHashesPerMessage+1)}),
-		"a count beyond data": binary.AppendUvarint(appendPlacement(nil, placement{server: "x", capacity: 1})[:len(appendPlacement(nil, placement{server: "x", capacity: 1}))-1], 5),
+		"no server":           appendPlacement(placement{capacity: 1, hashes: hs(1)}),
+		"no capacity":         appendPlacement(placement{server: "x", hashes: hs(1)}),
+		"too many hashes":     appendPlacement(placement{server: "x", capacity: 1, hashes: make([]blockHash, maxHashesPerMessage+1)}),
+		"a count beyond data": binary.AppendUvarint(appendPlacement(placement{server: "x", capacity: 1})[:len(appendPlacement(placement{server: "x", capacity: 1}))-1], 5),
 	}
 	for name, b := range bad {
 		if err := parsePlacement(&out, b); err == nil {
@@ -148,8 +148,8 @@ func TestPlacementRoundTripAndBounds(t *testing.T) {
 // encoded again, parses the same (a varint may be written longer than it needs);
 // nothing panics.
 func FuzzParsePlacement(f *testing.F) {
-	f.Add(appendPlacement(nil, placement{server: "llm/vllm-0", capacity: 256, at: 5, hashes: hs(1, 2)}))
-	f.Add(appendPlacement(nil, placement{server: "x", capacity: 1}))
+	f.Add(appendPlacement(placement{server: "llm/vllm-0", capacity: 256, at: 5, hashes: hs(1, 2)}))
+	f.Add(appendPlacement(placement{server: "x", capacity: 1}))
 	f.Add([]byte{1, 1, 'x', 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p placement
@@ -157,7 +157,7 @@ func FuzzParsePlacement(f *testing.F) {
 			return
 		}
 		var q placement
-		if err := parsePlacement(&q, appendPlacement(nil, p)); err != nil || !reflect.DeepEqual(p, q) {
+		if err := parsePlacement(&q, appendPlacement(p)); err != nil || !reflect.DeepEqual(p, q) {
 			t.Fatalf("re-encoded %+v parses as %+v (%v)", p, q, err)
 		}
 	})

@@ -38,7 +38,8 @@ const (
 
 var errMalformedPlacement = errors.New("malformed placement")
 
-func appendPlacement(dst []byte, p placement) []byte {
+func appendPlacement(p placement) []byte {
+	dst := make([]byte, 0, 1+1+len(p.server)+3+8+2+8*len(p.hashes))
 	dst = append(dst, placementVersion)
 	dst = binary.AppendUvarint(dst, uint64(len(p.server)))
 	dst = append(dst, p.server...)

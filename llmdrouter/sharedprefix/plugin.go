@@ -304,7 +304,7 @@ func (p *Plugin) record(server string, capacity int, hashes []blockHash, decided
 	at := decided.UnixMicro()
 	for len(fresh) > 0 {
 		n := min(len(fresh), maxHashesPerMessage)
-		msg := appendPlacement(nil, placement{server: server, capacity: capacity, at: at, hashes: fresh[:n]})
+		msg := appendPlacement(placement{server: server, capacity: capacity, at: at, hashes: fresh[:n]})
 		p.bc.Publish(msg)
 		p.m.placementBytes.Observe(float64(len(msg)))
 		p.published.Add(1)
@@ -365,7 +365,7 @@ func (p *Plugin) snapshot(emit func([]byte) bool) {
 	p.idx.each(func(server string, capacity int, hashes []blockHash) bool {
 		for len(hashes) > 0 {
 			n := min(len(hashes), maxHashesPerMessage)
-			if !emit(appendPlacement(nil, placement{server: server, capacity: capacity, hashes: hashes[:n]})) {
+			if !emit(appendPlacement(placement{server: server, capacity: capacity, hashes: hashes[:n]})) {
 				return false
 			}
 			hashes = hashes[n:]

@@ -78,10 +78,10 @@ type replica struct {
 }
 
 // start builds replica i of f: peer-syncer, the shared index, prefix-cache-scorer.
-func start(t *testing.T, f *pluginfleet.Fleet, i int, p *pool, spParams string) *replica {
+func start(t *testing.T, f *pluginfleet.Fleet, i int, p *pool) *replica {
 	t.Helper()
 	r := &replica{Replica: f.Start(i, syncerParams), pool: p}
-	sp, err := fwkplugin.Registry[sharedprefix.Type]("shared-prefix", pluginfleet.Params(spParams), r.Handle)
+	sp, err := fwkplugin.Registry[sharedprefix.Type]("shared-prefix", pluginfleet.Params(`{"peerSyncerRef": "peer-syncer"}`), r.Handle)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func startFleet(t *testing.T, n int, p *pool) (*pluginfleet.Fleet, []*replica) {
 	f.PodList = p.list
 	var rs []*replica
 	for i := range n {
-		rs = append(rs, start(t, f, i, p, `{"peerSyncerRef": "peer-syncer"}`))
+		rs = append(rs, start(t, f, i, p))
 	}
 	for _, r := range rs {
 		waitWarm(t, r)
@@ -264,8 +264,8 @@ func TestBootstrapAtDefaultCapacityAndRestart(t *testing.T) {
 	p := newPool(8)
 	f := pluginfleet.New(t, 3)
 	f.PodList = p.list
-	a := start(t, f, 0, p, `{"peerSyncerRef": "peer-syncer"}`)
-	b := start(t, f, 1, p, `{"peerSyncerRef": "peer-syncer"}`)
+	a := start(t, f, 0, p)
+	b := start(t, f, 1, p)
 	waitWarm(t, a)
 	waitWarm(t, b)
 	// Fill every server to the default capacity, through A.
@@ -282,7 +282,7 @@ func TestBootstrapAtDefaultCapacityAndRestart(t *testing.T) {
 	last := (full+perRoute-1)/perRoute - 1
 	probe := prompt(uint64(7*1000+last), perRoute) // server 7's last route: recent everywhere
 
-	c := start(t, f, 2, p, `{"peerSyncerRef": "peer-syncer"}`)
+	c := start(t, f, 2, p)
 	built := time.Now()
 	waitWarm(t, c)
 	took := time.Since(built)
@@ -298,7 +298,7 @@ func TestBootstrapAtDefaultCapacityAndRestart(t *testing.T) {
 	// Restarted: warm again, from a peer.
 	f.Stop(2)
 	time.Sleep(100 * time.Millisecond)
-	c = start(t, f, 2, p, `{"peerSyncerRef": "peer-syncer"}`)
+	c = start(t, f, 2, p)
 	waitWarm(t, c)
 	waitMatched(t, c, probe, 7, perRoute)
 
@@ -328,9 +328,9 @@ func TestThePoolBoundsTheIndex(t *testing.T) {
 	partial.remove(3)
 	f := pluginfleet.New(t, 2)
 	f.PodList = full.list
-	a := start(t, f, 0, full, `{"peerSyncerRef": "peer-syncer"}`)
+	a := start(t, f, 0, full)
 	f.PodList = partial.list
-	b := start(t, f, 1, partial, `{"peerSyncerRef": "peer-syncer"}`)
+	b := start(t, f, 1, partial)
 	waitWarm(t, a)
 	waitWarm(t, b)
 	conv := prompt(1, 5)
