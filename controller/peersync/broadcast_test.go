@@ -211,6 +211,9 @@ func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
 	if got := testutil.ToFloat64(broadcastWarm.WithLabelValues(late.instance, "index")); got != 1 {
 		t.Errorf("epp_peer_sync_broadcast_warm = %v, want 1", got)
 	}
+	if doc := late.s.Document("-", ""); len(doc.Broadcasts) != 1 || !doc.Broadcasts[0].Warm || doc.Broadcasts[0].Received == 0 {
+		t.Errorf("/debug/peer-sync broadcasts: %+v, want index warm with messages received", doc.Broadcasts)
+	}
 
 	// Alone: warm at once.
 	alone := startReplica(t, "alone", func(o *Options) { o.PeersReady = closedChan() })

@@ -24,9 +24,12 @@ type Document struct {
 	// hand.
 	Rejections map[string]float64 `json:"rejections"`
 	Interval   string             `json:"interval"`
-	TTL        string             `json:"ttl"`
-	Peers      []PeerStatus       `json:"peers"`
-	Keys       []KeyView          `json:"keys"`
+	// Broadcasts are the broadcasts registered here (a shared prefix index, say),
+	// by name.
+	Broadcasts []BroadcastStatus `json:"broadcasts"`
+	TTL        string            `json:"ttl"`
+	Peers      []PeerStatus      `json:"peers"`
+	Keys       []KeyView         `json:"keys"`
 }
 
 // PeerStatus is one peer of the membership.
@@ -46,6 +49,16 @@ type PeerStatus struct {
 	// "down" (with OutboundError).
 	Outbound      string `json:"outbound"`
 	OutboundError string `json:"outboundError,omitempty"`
+}
+
+// BroadcastStatus is one broadcast: whether it is warm (a peer's snapshot arrived
+// whole, or it asks for none), and the messages sent and received.
+type BroadcastStatus struct {
+	Name             string  `json:"name"`
+	Warm             bool    `json:"warm"`
+	WarmAfterSeconds float64 `json:"warmAfterSeconds,omitempty"`
+	Sent             uint64  `json:"sent"`
+	Received         uint64  `json:"received"`
 }
 
 // KeyView is one state key.
@@ -90,6 +103,15 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 	if s.o.SelfListed != nil {
 		doc.Listed, _ = s.o.SelfListed()
 	}
+	doc.Broadcasts = []BroadcastStatus{}
+	s.broadcasts.Range(func(name, v any) bool {
+		b := v.(*Broadcast)
+		sent, received := b.Stats()
+		doc.Broadcasts = append(doc.Broadcasts, BroadcastStatus{Name: name.(string), Warm: b.isWarm(),
+			WarmAfterSeconds: b.WarmAfter().Seconds(), Sent: sent, Received: received})
+		return true
+	})
+	slices.SortFunc(doc.Broadcasts, func(a, b BroadcastStatus) int { return strings.Compare(a.Name, b.Name) })
 	doc.Rejections = map[string]float64{}
 	for _, reason := range rejectReasons {
 		if n := counterValue(s.m.rejections.WithLabelValues(reason)); n > 0 {
