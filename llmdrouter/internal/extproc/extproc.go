@@ -51,6 +51,12 @@ func dial(addr string, creds credentials.TransportCredentials) (*Client, error) 
 	return &Client{conn: conn, addr: addr}, nil
 }
 
+// DialTLS is Dial for an EPP that serves TLS (its default, with a certificate of its
+// own making, which is not verified: a test reaches it through a port-forward).
+func DialTLS(addr string) (*Client, error) {
+	return dial(addr, credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // the EPP's self-signed certificate, on 127.0.0.1
+}
+
 // Close closes the connection.
 func (c *Client) Close() error { return c.conn.Close() }
 
@@ -247,7 +253,11 @@ func Send(addr string) (*Request, error) {
 // SendTLS is Send to an EPP that serves TLS (its default, with a certificate of its
 // own making, which is not verified: the test reaches it through a port-forward).
 func SendTLS(addr string) (*Request, error) {
-	return send(addr, credentials.NewTLS(&tls.Config{InsecureSkipVerify: true})) //nolint:gosec // the EPP's self-signed certificate, on 127.0.0.1
+	c, err := DialTLS(addr)
+	if err != nil {
+		return nil, err
+	}
+	return sendOn(c, addr)
 }
 
 func send(addr string, creds credentials.TransportCredentials) (*Request, error) {
@@ -255,6 +265,12 @@ func send(addr string, creds credentials.TransportCredentials) (*Request, error)
 	if err != nil {
 		return nil, err
 	}
+	return sendOn(c, addr)
+}
+
+// sendOn sends a small completion on c (to the EPP at addr) and keeps it in flight,
+// on a connection of its own (closed with the request).
+func sendOn(c *Client, addr string) (*Request, error) {
 	body, _ := json.Marshal(map[string]any{"model": "test-model", "prompt": "hello", "max_tokens": 8})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
