@@ -108,7 +108,8 @@ func servicePorts(s *corev1.Service) map[string]int32 {
 // eppArgs are the args of llm-d-router's EPP with the chart's defaults: peer
 // discovery never adds a flag; metrics auth is on, as upstream's default.
 var eppArgs = []string{"--config-file=/config/default-plugins.yaml", "--endpoint-selector=app.kubernetes.io/component=model-server",
-	"--endpoint-target-ports=8000", "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=true"}
+	"--endpoint-target-ports=8000", "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=true",
+	"--zap-encoder=json", "--tracing=false"}
 
 // pluginConfig is the EPP configuration the EPP reads, decoded.
 func pluginConfig(t *testing.T, r rendered) map[string]any {
@@ -206,7 +207,7 @@ func TestRender(t *testing.T) {
 		{name: "an InferencePool instead of the endpoint selector",
 			values: vals("router.inferencePool.name", "pool-a"),
 			wantArgs: []string{"--config-file=/config/default-plugins.yaml", "--pool-name=pool-a", "--pool-namespace=team-a", "--pool-group=inference.networking.k8s.io",
-				"--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=true"}, wantPDB: true, wantReplica: 3},
+				"--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=true", "--zap-encoder=json", "--tracing=false"}, wantPDB: true, wantReplica: 3},
 		{name: "extra env with valueFrom",
 			values: vals("router.epp.env", []any{
 				map[string]any{"name": "HF_TOKEN", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "hf", "key": "token"}}},
@@ -223,7 +224,8 @@ func TestRender(t *testing.T) {
 		{name: "user flags and args, after the chart's, with peer discovery on",
 			values: vals("router.epp.peerDiscovery.enabled", true, "router.epp.flags", map[string]any{"zap-log-level": "debug", "tracing": false, "v": 2},
 				"router.epp.args", []any{"--drain-timeout=10s"}),
-			wantArgs: append(slices.Clone(eppArgs), "--tracing=false", "--v=2", "--zap-log-level=debug", "--drain-timeout=10s"),
+			// flags.tracing takes the place of the chart's --tracing.
+			wantArgs: append(slices.Clone(eppArgs[:len(eppArgs)-1]), "--tracing=false", "--v=2", "--zap-log-level=debug", "--drain-timeout=10s"),
 			peerPort: map[string]int32{"peer-sync": 9005, "http-peers": 9091}, pluginEnv: onEnv, pluginType: "endpointslice-peer-discovery", wantPDB: true, wantReplica: 3},
 	}
 	for _, tc := range tests {

@@ -221,7 +221,6 @@ func TestUpstreamValuesFile(t *testing.T) {
 		{"a tokenizer", vals("router.tokenizer.enabled", true), "router.tokenizer.enabled=true"},
 		{"another model server type", vals("router.modelServers.type", "sglang"), "router.modelServers.type=sglang"},
 		{"parsers", vals("router.epp.parsers", []any{"openai-parser"}), "router.epp.parsers"},
-		{"tracing on", vals("router.tracing.enabled", true), "router.tracing.enabled=true"},
 		{"GMP", vals("router.monitoring.provider.name", "gmp"), "router.monitoring.provider.name=gmp"},
 		{"InferenceObjectives", vals("router.inferenceObjectives", []any{map[string]any{"name": "a", "priority": 1}}), "router.inferenceObjectives"},
 	} {

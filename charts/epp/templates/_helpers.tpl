@@ -265,11 +265,15 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - --grpc-health-port={{ $epp.ports.grpcHealth }}
 - --metrics-port={{ $epp.ports.metrics }}
 - --metrics-endpoint-auth={{ include "epp.metricsAuth" . | eq "true" }}
+{{- /* As upstream's chart: JSON logs, and tracing only when router.tracing.enabled (the EPP's own default is on, printing spans to stdout); flags.zap-encoder and flags.tracing take their place. */}}
+{{- if not (hasKey ($epp.flags | default dict) "zap-encoder") }}
+- --zap-encoder=json
+{{- end }}
+{{- if not (hasKey ($epp.flags | default dict) "tracing") }}
+- --tracing={{ include "epp.tracing" . | eq "true" }}
+{{- end }}
 {{- if $epp.leaderElection }}
 - --ha-enable-leader-election
-{{- end }}
-{{- if and (eq (toString (dig "tracing" "enabled" "" .Values.router)) "false") (not (hasKey ($epp.flags | default dict) "tracing")) }}
-- --tracing=false
 {{- end }}
 {{- $pool := "router.inferencePool.name (standalone: router.modelServers.matchLabels)" }}
 {{- $managed := dict "config-file" "router.epp.pluginsConfigFile and router.epp.pluginsCustomConfig" "endpoint-selector" "router.modelServers.matchLabels" "endpoint-target-ports" "router.modelServers.targetPorts" "pool-name" $pool "pool-namespace" $pool "pool-group" "router.inferencePool.group" "grpc-port" "router.epp.ports.extProc" "grpc-health-port" "router.epp.ports.grpcHealth" "metrics-port" "router.epp.ports.metrics" "metrics-endpoint-auth" "router.monitoring.prometheus.auth.enabled" "ha-enable-leader-election" "router.epp.leaderElection" }}
@@ -304,6 +308,51 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   value: {{ .Values.router.epp.peerDiscovery.membership | quote }}
 {{- end }}
 {{- include "epp.probeEnv" . }}
+{{- end }}
+
+{{/* Tracing of llm-d-router's EPP on (router.tracing.enabled, mode epp)? */}}
+{{- define "epp.tracing" -}}
+{{- if and (not (include "epp.sidecar" .)) (dig "tracing" "enabled" false .Values.router) }}true{{ end }}
+{{- end }}
+
+{{/* Checks of router.tracing: it sets llm-d-router's EPP's flag and env (mode epp), and router.epp.flags.tracing would contradict it. */}}
+{{- define "epp.checkTracing" -}}
+{{- if dig "tracing" "enabled" false .Values.router -}}
+{{- if include "epp.sidecar" . -}}
+{{- fail "router.tracing.enabled=true sets the flag and env of llm-d-router's EPP; with router.epp.peerDiscovery.mode=sidecar the EPP container is yours: set its tracing in router.epp.args and router.epp.env" -}}
+{{- end -}}
+{{- if hasKey (.Values.router.epp.flags | default dict) "tracing" -}}
+{{- fail "router.epp.flags.tracing and router.tracing.enabled=true: set one (router.tracing.enabled=true renders --tracing=true and the OTLP exporter's env)" -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+
+{{/* The env of llm-d-router's EPP's OTLP exporter, as upstream's chart sets it (after NAMESPACE, which it refers to). */}}
+{{- define "epp.tracingEnv" -}}
+{{- with .Values.router.tracing }}
+- name: OTEL_SERVICE_NAME
+  value: "llm-d-router/epp"
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ .otelExporterEndpoint | quote }}
+- name: OTEL_TRACES_EXPORTER
+  value: "otlp"
+- name: OTEL_RESOURCE_ATTRIBUTES_NODE_NAME
+  valueFrom:
+    fieldRef:
+      apiVersion: v1
+      fieldPath: spec.nodeName
+- name: OTEL_RESOURCE_ATTRIBUTES_POD_NAME
+  valueFrom:
+    fieldRef:
+      apiVersion: v1
+      fieldPath: metadata.name
+- name: OTEL_RESOURCE_ATTRIBUTES
+  value: "k8s.namespace.name=$(NAMESPACE),k8s.node.name=$(OTEL_RESOURCE_ATTRIBUTES_NODE_NAME),k8s.pod.name=$(OTEL_RESOURCE_ATTRIBUTES_POD_NAME)"
+- name: OTEL_TRACES_SAMPLER
+  value: {{ .sampling.sampler | quote }}
+- name: OTEL_TRACES_SAMPLER_ARG
+  value: {{ .sampling.samplerArg | quote }}
+{{- end }}
 {{- end }}
 
 {{/* The downward-API identity env. */}}
@@ -458,7 +507,6 @@ schedulingProfiles:
 {{- if dig "parsers" list $r.epp }}{{ $refuse = append $refuse "router.epp.parsers: this chart's EPP configuration selects parsers automatically (name them in router.epp.pluginsCustomConfig)" }}{{ end }}
 {{- $mds := dig "metricsDataSource" dict $r.epp }}
 {{- if or (ne (dig "scheme" "http" $mds) "http") (ne (dig "path" "/metrics" $mds) "/metrics") }}{{ $refuse = append $refuse "router.epp.metricsDataSource other than http and /metrics: configure the metrics-data-source plugin in router.epp.pluginsCustomConfig" }}{{ end }}
-{{- if dig "tracing" "enabled" false $r }}{{ $refuse = append $refuse "router.tracing.enabled=true: this chart renders no OTLP tracing settings (set them with router.epp.flags and router.epp.env)" }}{{ end }}
 {{- with dig "monitoring" "provider" "name" "" $r }}{{ if ne (lower .) "prometheusoperator" }}{{ $refuse = append $refuse (printf "router.monitoring.provider.name=%s: this chart renders a Prometheus Operator ServiceMonitor only" .) }}{{ end }}{{ end }}
 {{- if $refuse }}
 {{- fail (printf "%s; see \"Values of this chart and of llm-d-router-standalone\" in the chart's README (charts/epp/README.md)" (join "; " $refuse)) }}
