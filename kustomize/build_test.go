@@ -93,7 +93,8 @@ var peerRule = []rbacv1.PolicyRule{{
 
 // eppArgs are the args of llm-d-router's EPP in the base: peer discovery adds none.
 var eppArgs = []string{"--config-file=/config/default-plugins.yaml", "--endpoint-selector=app.kubernetes.io/component=model-server",
-	"--endpoint-target-ports=8000", "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=false"}
+	"--endpoint-target-ports=8000", "--grpc-port=9002", "--grpc-health-port=9003", "--metrics-port=9090", "--metrics-endpoint-auth=false",
+	"--zap-encoder=json", "--tracing=false"}
 
 // envOf is a container's env as NAME=value (NAME=fieldPath for downward-API ones).
 func envOf(c corev1.Container) []string {

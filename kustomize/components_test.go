@@ -172,6 +172,8 @@ func TestComponentsRefuseCombinationsThatCannotWork(t *testing.T) {
 		{[]string{"peer-discovery-dns", "peer-discovery"}, alternatives},
 		{[]string{"peer-discovery-sidecar", "peer-discovery-dns"}, alternatives},
 		{[]string{"peer-discovery-dns", "peer-discovery-sidecar"}, alternatives},
+		// The EPP container is the user's in sidecar mode: tracing sets llm-d-router's EPP's flag.
+		{[]string{"peer-discovery-sidecar", "tracing"}, "epp-peer-discovery~1epp-container"},
 	} {
 		k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [../../base]\ncomponents:\n"
 		for _, c := range tc.components {
@@ -184,8 +186,10 @@ func TestComponentsRefuseCombinationsThatCannotWork(t *testing.T) {
 			t.Logf("components %v: %v", tc.components, err)
 		}
 	}
-	// Each alone, and state-sync-tls after state-sync, still build.
-	for _, c := range [][]string{{"peer-discovery-dns"}, {"peer-discovery"}, {"peer-discovery-sidecar"}, {"peer-discovery", "state-sync", "state-sync-tls"}} {
+	// Each alone, and state-sync-tls after state-sync, still build; tracing with
+	// metrics-auth (both patch the base's args by position) too.
+	for _, c := range [][]string{{"peer-discovery-dns"}, {"peer-discovery"}, {"peer-discovery-sidecar"}, {"peer-discovery", "state-sync", "state-sync-tls"},
+		{"metrics-auth", "tracing"}, {"tracing", "metrics-auth", "peer-discovery"}} {
 		userOverlay(t, "", "", c...)
 	}
 }

@@ -199,6 +199,9 @@ func TestParityWithHelm(t *testing.T) {
 		{"state sync with mTLS, probing and network policy", "epp", "", map[string]any{"enabled": true, "probeInterval": "5s", "networkPolicy": map[string]any{"enabled": true}},
 			[]string{"peer-discovery", "peer-probe", "peer-network-policy", "state-sync", "state-sync-tls"},
 			map[string]any{"enabled": true, "tls": map[string]any{"secretName": "epp-peer-sync-tls"}}, false},
+		{"tracing", "epp", "", nil, []string{"tracing"}, nil, false},
+		{"tracing, state sync, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true},
+			[]string{"peer-discovery", "state-sync", "tracing"}, map[string]any{"enabled": true}, false},
 		{"metrics auth", "epp", "", nil, []string{"metrics-auth"}, nil, true},
 		{"metrics auth, peer discovery, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true},
 			[]string{"peer-discovery", "metrics-auth"}, nil, true},
@@ -208,6 +211,9 @@ func TestParityWithHelm(t *testing.T) {
 			// namespace); the chart checks tokens by default, as upstream.
 			router := map[string]any{"monitoring": map[string]any{"prometheus": map[string]any{"auth": map[string]any{"enabled": tc.metricsAuth}}}}
 			values := map[string]any{"router": router}
+			if slices.Contains(tc.components, "tracing") {
+				router["tracing"] = map[string]any{"enabled": true}
+			}
 			extra := ""
 			if tc.peerDiscovery != nil {
 				epp := map[string]any{"peerDiscovery": tc.peerDiscovery}
