@@ -4,6 +4,14 @@ locals {
   # The values this module hands to the chart; null leaves the chart's default.
   chart_values = {
     router = merge(var.model_server_labels == null ? {} : { modelServers = { matchLabels = var.model_server_labels } }, {
+      tracing = {
+        enabled              = var.tracing_enabled
+        otelExporterEndpoint = var.tracing_otel_exporter_endpoint
+        sampling = {
+          sampler    = var.tracing_sampler
+          samplerArg = tostring(var.tracing_sampler_arg)
+        }
+      }
       epp = {
         replicas = var.replicas
         image = {
@@ -73,6 +81,10 @@ resource "helm_release" "this" {
     precondition {
       condition     = !var.state_sync_enabled || var.peer_discovery_enabled
       error_message = "state_sync_enabled needs peer_discovery_enabled = true: the syncer shares state with the discovered peers."
+    }
+    precondition {
+      condition     = !var.tracing_enabled || !var.peer_discovery_enabled || var.peer_discovery_mode == "epp"
+      error_message = "tracing_enabled needs peer_discovery_mode = \"epp\": it sets the flag and env of llm-d-router's EPP, and in sidecar mode the EPP container is yours (set its tracing in epp_args and extra_env)."
     }
     precondition {
       condition     = !var.state_sync_enabled || var.peer_discovery_mode == "epp"

@@ -247,6 +247,45 @@ variable "state_sync_tls_secret_name" {
   }
 }
 
+variable "tracing_enabled" {
+  description = "OpenTelemetry tracing of llm-d-router's EPP (the chart's router.tracing.enabled, as upstream's chart): false renders --tracing=false, so no spans are recorded (the EPP's own default prints every sampled request's spans on stdout); true renders --tracing=true and the OTLP exporter's env (endpoint, sampler, service name and the pod's namespace, node and name as resource attributes). Needs peer_discovery_mode = \"epp\"."
+  type        = bool
+  default     = false
+}
+
+variable "tracing_otel_exporter_endpoint" {
+  description = "Where the EPP sends its spans with tracing_enabled (OTLP over gRPC; http:// is plain text): OTEL_EXPORTER_OTLP_ENDPOINT."
+  type        = string
+  default     = "http://localhost:4317"
+
+  validation {
+    condition     = can(regex("^https?://[^/\\s]+", var.tracing_otel_exporter_endpoint))
+    error_message = "tracing_otel_exporter_endpoint must be an http:// or https:// URL of an OTLP gRPC collector, such as \"http://otel-collector.monitoring:4317\"."
+  }
+}
+
+variable "tracing_sampler" {
+  description = "OTEL_TRACES_SAMPLER with tracing_enabled. llm-d-router's EPP implements parentbased_traceidratio only (a request with a sampled trace context is always recorded; another name falls back to it with a logged error)."
+  type        = string
+  default     = "parentbased_traceidratio"
+
+  validation {
+    condition     = var.tracing_sampler == "parentbased_traceidratio"
+    error_message = "tracing_sampler must be \"parentbased_traceidratio\", the only sampler llm-d-router's EPP implements."
+  }
+}
+
+variable "tracing_sampler_arg" {
+  description = "OTEL_TRACES_SAMPLER_ARG with tracing_enabled: the share of requests without a sampled trace context that are recorded, from 0 to 1."
+  type        = number
+  default     = 0.1
+
+  validation {
+    condition     = var.tracing_sampler_arg >= 0 && var.tracing_sampler_arg <= 1
+    error_message = "tracing_sampler_arg must be a share between 0 and 1, such as 0.1."
+  }
+}
+
 variable "extra_env" {
   description = "Extra environment variables of the epp container, shaped like Kubernetes EnvVar objects: {name, value} or {name, valueFrom}."
   type = list(object({

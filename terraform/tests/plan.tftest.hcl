@@ -417,3 +417,65 @@ run "state_sync_is_off_by_default" {
     error_message = "stateSync.enabled must be false by default"
   }
 }
+
+run "tracing_is_off_by_default" {
+  command = plan
+
+  assert {
+    condition = yamldecode(helm_release.this.values[0]).router.tracing == {
+      enabled              = false
+      otelExporterEndpoint = "http://localhost:4317"
+      sampling             = { sampler = "parentbased_traceidratio", samplerArg = "0.1" }
+    }
+    error_message = "tracing must be off by default, with upstream's endpoint and sampler"
+  }
+}
+
+run "tracing_on" {
+  command = plan
+
+  variables {
+    tracing_enabled                = true
+    tracing_otel_exporter_endpoint = "http://otel-collector.monitoring:4317"
+    tracing_sampler_arg            = 0.25
+  }
+
+  assert {
+    condition = yamldecode(helm_release.this.values[0]).router.tracing == {
+      enabled              = true
+      otelExporterEndpoint = "http://otel-collector.monitoring:4317"
+      sampling             = { sampler = "parentbased_traceidratio", samplerArg = "0.25" }
+    }
+    error_message = "tracing on must hand enabled=true, the endpoint and the sampler's share to the chart"
+  }
+}
+
+run "rejects_a_tracing_endpoint_without_a_scheme" {
+  command = plan
+
+  variables {
+    tracing_otel_exporter_endpoint = "otel-collector:4317"
+  }
+
+  expect_failures = [var.tracing_otel_exporter_endpoint]
+}
+
+run "rejects_a_sampler_share_above_1" {
+  command = plan
+
+  variables {
+    tracing_sampler_arg = 10
+  }
+
+  expect_failures = [var.tracing_sampler_arg]
+}
+
+run "rejects_a_sampler_the_epp_does_not_implement" {
+  command = plan
+
+  variables {
+    tracing_sampler = "always_on"
+  }
+
+  expect_failures = [var.tracing_sampler]
+}

@@ -31,17 +31,19 @@ provider "helm" {
 module "epp" {
   source = "../.."
 
-  namespace              = var.namespace
-  create_namespace       = var.create_namespace
-  namespace_labels       = { "pod-security.kubernetes.io/enforce" = "restricted" }
-  release_name           = var.release_name
-  replicas               = var.replicas
-  image_repository       = var.image_repository
-  image_tag              = var.image_tag
-  peer_discovery_enabled = var.peer_discovery_enabled
-  peer_discovery_mode    = var.peer_discovery_mode
-  state_sync_enabled     = var.state_sync_enabled
-  epp_args               = var.epp_args
-  values                 = var.values
-  wait                   = var.wait
+  namespace                      = var.namespace
+  create_namespace               = var.create_namespace
+  namespace_labels               = { "pod-security.kubernetes.io/enforce" = "restricted" }
+  release_name                   = var.release_name
+  replicas                       = var.replicas
+  image_repository               = var.image_repository
+  image_tag                      = var.image_tag
+  peer_discovery_enabled         = var.peer_discovery_enabled
+  peer_discovery_mode            = var.peer_discovery_mode
+  state_sync_enabled             = var.state_sync_enabled
+  tracing_enabled                = var.tracing_enabled
+  tracing_otel_exporter_endpoint = var.tracing_otel_exporter_endpoint
+  epp_args                       = var.epp_args
+  values                         = var.values
+  wait                           = var.wait
 }

@@ -64,6 +64,18 @@ variable "state_sync_enabled" {
   default     = false
 }
 
+variable "tracing_enabled" {
+  description = "OpenTelemetry tracing of llm-d-router's EPP: spans to tracing_otel_exporter_endpoint (off: --tracing=false, as upstream's chart)."
+  type        = bool
+  default     = false
+}
+
+variable "tracing_otel_exporter_endpoint" {
+  description = "The OTLP gRPC collector the EPP sends its spans to, with tracing_enabled."
+  type        = string
+  default     = "http://localhost:4317"
+}
+
 variable "epp_args" {
   description = "Args of the EPP container in sidecar mode."
   type        = list(string)
