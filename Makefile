@@ -128,14 +128,14 @@ test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (en
 	go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./controller/integration/... ./controller/faults/... ./internal/...
 
 .PHONY: test-manifests
-test-manifests: k8s build $(BIN)/helm $(BIN)/helm4 helm-plugin ## Helm chart and kustomize: renders, schema, lint, parity, acceptance + RBAC on a real API server, and upstream's chart through epp post-render (Helm 3 and the Helm 4 plugin).
+test-manifests: k8s build $(BIN)/helm $(BIN)/helm4 helm-plugin ## Helm chart and kustomize: renders, schema, lint, parity (with each other, and the EPP container with upstream's chart's), acceptance + RBAC on a real API server, and upstream's chart through epp post-render (Helm 3 and the Helm 4 plugin).
 	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && cd charts && UPSTREAM_TREE="$$tree" EPP_BIN=$(BIN)/epp \
 	  HELM3_BIN=$(BIN)/helm HELM4_BIN=$(BIN)/helm4 HELM_PLUGIN_DIR=$(HELM_PLUGIN) go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
-	cd kustomize && go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
+	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && cd kustomize && UPSTREAM_TREE="$$tree" go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
 
 .PHONY: test-terraform
-test-terraform: k8s terraform-providers terraform-bin ## Terraform module: fmt, validate, terraform test, validation messages, apply/destroy on a real API server.
-	cd terraform && TF_CLI_CONFIG_FILE=$(TF_RC) go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
+test-terraform: k8s terraform-providers terraform-bin ## Terraform module: fmt, validate, terraform test, validation messages, apply/destroy on a real API server (the EPP container beside upstream's chart's).
+	@tree=$$(hack/llmdrouter.sh upstream $(BIN)/upstream) && cd terraform && UPSTREAM_TREE="$$tree" TF_CLI_CONFIG_FILE=$(TF_RC) go test $(GO_TEST_FLAGS) -count=1 -timeout=20m ./...
 
 .PHONY: terraform-providers
 terraform-providers: $(TF_RC) ## Build the helm and kubernetes Terraform providers into a filesystem mirror (bin/terraform-mirror).
@@ -281,16 +281,17 @@ $(BIN)/terraform-docs: hack/tools/terraform-docs/go.mod
 	@$(HEARTBEAT) env CGO_ENABLED=0 go -C hack/tools/terraform-docs build -trimpath -o $@ github.com/terraform-docs/terraform-docs
 
 .PHONY: docs
-docs: $(BIN)/helm-docs $(BIN)/terraform-docs ## Generate charts/epp/README.md (helm-docs, from values.yaml's comments) and terraform/README.md's inputs and outputs (terraform-docs).
+docs: $(BIN)/helm-docs $(BIN)/terraform-docs ## Generate charts/epp/README.md (helm-docs, from values.yaml's comments; its table of known differences from upstream's chart from e2e/testsupport/upstreamparity) and terraform/README.md's inputs and outputs (terraform-docs).
+	go -C e2e run ./cmd/known-differences $(ROOT)/charts/epp/README.md.gotmpl
 	$(BIN)/helm-docs --chart-search-root charts --skip-version-footer --sort-values-order file --log-level warning
 	$(BIN)/terraform-docs markdown table --output-file README.md --output-mode inject --sort-by required terraform
 
 .PHONY: verify-docs
 verify-docs: $(BIN)/helm-docs $(BIN)/terraform-docs ## Fail when the generated chart or Terraform README is stale (and regenerate it).
 	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
-	  cp charts/epp/README.md $$tmp/chart.md 2>/dev/null || touch $$tmp/chart.md; cp terraform/README.md $$tmp/tf.md; \
+	  cp charts/epp/README.md $$tmp/chart.md 2>/dev/null || touch $$tmp/chart.md; cp charts/epp/README.md.gotmpl $$tmp/chart.gotmpl; cp terraform/README.md $$tmp/tf.md; \
 	  $(MAKE) --no-print-directory docs >/dev/null; \
-	  stale=0; for f in charts/epp/README.md:chart.md terraform/README.md:tf.md; do \
+	  stale=0; for f in charts/epp/README.md:chart.md charts/epp/README.md.gotmpl:chart.gotmpl terraform/README.md:tf.md; do \
 	    if ! cmp -s "$${f%%:*}" "$$tmp/$${f##*:}"; then echo "stale generated docs: $${f%%:*} (now regenerated: review and commit it)"; stale=1; fi; \
 	  done; exit $$stale
 

@@ -18,15 +18,22 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/tfenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/upstreamparity"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
+// collector is the OTLP endpoint of the tracing case (never dialed: envtest runs no pods).
+const collector = "http://otel-collector.monitoring:4317"
+
 // TestApplyAndDestroy applies examples/basic against the real API server with peer
-// discovery off, on, on but turned off again by var.values, and on with state sync
-// (state_sync_enabled): the release installs, the Role exists iff peer discovery is
-// on with exactly the endpointslices rule, the outputs (read from the release) say
-// so, the Deployment's args, env and ports and the EPP configuration are the Helm
-// rendering's, and destroy leaves nothing in the namespace.
+// discovery off, on, on but turned off again by var.values, on with state sync
+// (state_sync_enabled), and with tracing on (tracing_enabled) and one replica: the
+// release installs, the Role exists iff peer discovery is on with exactly the
+// endpointslices rule, the outputs (read from the release) say so, the Deployment's
+// args, env and ports and the EPP configuration are the Helm rendering's, its EPP
+// container differs from the one llm-d-router's own chart renders for the same
+// settings only as the known differences say (e2e/testsupport/upstreamparity), and
+// destroy leaves nothing in the namespace.
 func TestApplyAndDestroy(t *testing.T) {
 	for _, tc := range []struct {
 		name            string
@@ -35,11 +42,13 @@ func TestApplyAndDestroy(t *testing.T) {
 		enabled         bool           // what the release ends up with
 		wantServiceName string
 		stateSync       bool // state_sync_enabled
+		tracing         bool // tracing_enabled, with one replica
 	}{
-		{"off", false, nil, false, "epp", false},
-		{"on", true, nil, true, "epp", false},
-		{"on, overridden by values", true, map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": false}}}}, false, "epp", false},
-		{"state sync on", true, nil, true, "epp", true},
+		{"off", false, nil, false, "epp", false, false},
+		{"on", true, nil, true, "epp", false, false},
+		{"on, overridden by values", true, map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": false}}}}, false, "epp", false, false},
+		{"state sync on", true, nil, true, "epp", true, false},
+		{"tracing on, one replica", false, nil, false, "epp", false, true},
 	} {
 		enabled := tc.enabled
 		t.Run(tc.name, func(t *testing.T) {
@@ -57,6 +66,13 @@ func TestApplyAndDestroy(t *testing.T) {
 				"state_sync_enabled":     tc.stateSync,
 				"wait":                   false, // envtest runs no controllers: no pods become ready
 			})
+			replicas := 3
+			if tc.tracing {
+				replicas = 1
+				opts.Vars["replicas"] = replicas
+				opts.Vars["tracing_enabled"] = true
+				opts.Vars["tracing_otel_exporter_endpoint"] = collector
+			}
 			if tc.values != nil {
 				opts.Vars["values"] = tc.values
 			}
@@ -107,8 +123,13 @@ func TestApplyAndDestroy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			values := map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": enabled},
-				"stateSync": map[string]any{"enabled": tc.stateSync}}}}
+			// The same settings as chart values, in llm-d-router-standalone's
+			// standalone mode (which ignores this project's values).
+			settings := map[string]any{"epp.peerDiscovery.enabled": enabled, "epp.stateSync.enabled": tc.stateSync, "epp.replicas": replicas}
+			if tc.tracing {
+				settings["tracing.enabled"], settings["tracing.otelExporterEndpoint"] = true, collector
+			}
+			values := upstreamparity.Standalone(settings)
 			helmObjs, err := render.HelmObjects("epp", ns, values)
 			if err != nil {
 				t.Fatal(err)
@@ -137,6 +158,16 @@ func TestApplyAndDestroy(t *testing.T) {
 			}
 			if diff := cmp.Diff(exp.Ports, got.Ports); diff != "" {
 				t.Fatalf("ports (-helm +terraform):\n%s", diff)
+			}
+			// The EPP container beside upstream's chart's for the same settings: only
+			// the known differences.
+			up, err := render.UpstreamDeployment(t.TempDir(), "epp", ns, upstreamparity.Standalone(settings))
+			if err != nil {
+				t.Fatal(err)
+			}
+			upstreamparity.Check(t, "terraform, "+tc.name, upstreamparity.Stored(t, cs, scratch, up), dep)
+			if tc.tracing != slices.Contains(got.Args, "--tracing=true") || !slices.Contains(got.Args, "--zap-encoder=json") {
+				t.Fatalf("tracing %v: args %v", tc.tracing, got.Args)
 			}
 			// The EPP configuration (where peer discovery and the syncer are plugins).
 			for _, o := range helmObjs {

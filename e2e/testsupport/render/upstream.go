@@ -5,6 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // UpstreamTreeEnv names the folder of llm-d-router's source tree (the pinned one of
@@ -28,4 +32,43 @@ func UpstreamChart(dst string) (string, error) {
 		return "", fmt.Errorf("%s=%s: %w", UpstreamTreeEnv, tree, err)
 	}
 	return chart, nil
+}
+
+// UpstreamDeployment renders llm-d-router-standalone (copied from the pinned tree
+// into dir) as release in namespace with values, as `helm template` would, and
+// returns its Deployment of the EPP (the one with a container epp).
+func UpstreamDeployment(dir, release, namespace string, values map[string]any) (*appsv1.Deployment, error) {
+	chart, err := UpstreamChart(dir)
+	if err != nil {
+		return nil, err
+	}
+	r, err := HelmRender(release, namespace, values, HelmOptions{Chart: chart})
+	if err != nil {
+		return nil, fmt.Errorf("helm template llm-d-router-standalone: %w", err)
+	}
+	objs, err := Decode([]byte(r.Manifest))
+	if err != nil {
+		return nil, err
+	}
+	return EPPDeployment(objs)
+}
+
+// EPPDeployment returns the Deployment among objs that has a container epp.
+func EPPDeployment(objs []client.Object) (*appsv1.Deployment, error) {
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok && EPPContainer(d) != nil {
+			return d, nil
+		}
+	}
+	return nil, fmt.Errorf("no Deployment with a container epp")
+}
+
+// EPPContainer returns the Deployment's container named epp, or nil.
+func EPPContainer(d *appsv1.Deployment) *corev1.Container {
+	for i := range d.Spec.Template.Spec.Containers {
+		if d.Spec.Template.Spec.Containers[i].Name == "epp" {
+			return &d.Spec.Template.Spec.Containers[i]
+		}
+	}
+	return nil
 }
