@@ -26,6 +26,7 @@ package podproc
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -121,17 +122,31 @@ type Process struct {
 	// MetricsAddr, PeersAddr and ProbeAddr are where its addresses moved
 	// (127.0.0.1), as in Replica.
 	MetricsAddr, PeersAddr, ProbeAddr string
+	// ExtProcAddr is where llm-d-router's EPP serves ext_proc (its --grpc-port,
+	// moved to 127.0.0.1); "" for epp.
+	ExtProcAddr string
 	// Args and Env are what the process got.
 	Args []string
 	Env  []string
 
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	log    string // stdout and stderr
+	stdout string // stdout alone
 }
 
 // PID is the process's ID.
 func (p *Process) PID() int { return p.cmd.Process.Pid }
+
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.done }
+
+// Stdout returns what the process wrote to its stdout so far (its log has stdout
+// and stderr interleaved).
+func (p *Process) Stdout() string {
+	b, _ := os.ReadFile(p.stdout)
+	return string(b)
+}
 
 // Process returns the process of the named container, or nil.
 func (r *Replica) Process(container string) *Process {
@@ -147,10 +162,15 @@ func (r *Replica) Process(container string) *Process {
 func (r *Replica) Log() string {
 	var b strings.Builder
 	for _, p := range r.Processes {
-		out, _ := os.ReadFile(p.log)
-		fmt.Fprintf(&b, "[container %s]\n%s", p.Container, out)
+		fmt.Fprintf(&b, "[container %s]\n%s", p.Container, p.Log())
 	}
 	return b.String()
+}
+
+// Log returns the process's output so far, stdout and stderr.
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(p.log)
+	return string(b)
 }
 
 // Runtime runs the pods of one namespace matching a label selector.
@@ -423,9 +443,21 @@ func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Repl
 		return nil, err
 	}
 	vars := map[string]string{}
+	expand := func(a string) string {
+		return varRef.ReplaceAllStringFunc(a, func(ref string) string {
+			if ref == "$$" {
+				return "$"
+			}
+			if v, ok := vars[ref[2:len(ref)-1]]; ok {
+				return v
+			}
+			return ref // undefined: left as written, as the kubelet does
+		})
+	}
 	for i, kv := range env {
 		name, value, _ := strings.Cut(kv, "=")
-		value = rewrite(value)
+		// As the kubelet: $(VAR) of a variable defined before this one.
+		value = rewrite(expand(value))
 		if bin.Kind == LLMDRouter {
 			switch name {
 			case "EPP_PEER_DEBUG_ADDRESS":
@@ -439,17 +471,6 @@ func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Repl
 			}
 		}
 		env[i], vars[name] = name+"="+value, value
-	}
-	expand := func(a string) string {
-		return varRef.ReplaceAllStringFunc(a, func(ref string) string {
-			if ref == "$$" {
-				return "$"
-			}
-			if v, ok := vars[ref[2:len(ref)-1]]; ok {
-				return v
-			}
-			return ref // undefined: left as written, as the kubelet does
-		})
 	}
 	switch bin.Kind {
 	case Epp:
@@ -470,7 +491,8 @@ func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Repl
 		}
 	case LLMDRouter:
 		// Its ports are numbers on every interface: free ones, read on 127.0.0.1.
-		ports := map[string]string{"--metrics-port": port(p.MetricsAddr), "--grpc-health-port": port(p.ProbeAddr), "--grpc-port": port(testenv.FreeAddr())}
+		p.ExtProcAddr = testenv.FreeAddr()
+		ports := map[string]string{"--metrics-port": port(p.MetricsAddr), "--grpc-health-port": port(p.ProbeAddr), "--grpc-port": port(p.ExtProcAddr)}
 		args := c.Args
 		for i := 0; i < len(args); i++ {
 			a := expand(args[i])
@@ -491,20 +513,26 @@ func (r *Runtime) startContainer(ctx context.Context, pod *corev1.Pod, rep *Repl
 		}
 	}
 	p.Env = env
-	p.log = filepath.Join(rep.dir, c.Name+".log")
+	p.log, p.stdout = filepath.Join(rep.dir, c.Name+".log"), filepath.Join(rep.dir, c.Name+".stdout")
 	f, err := os.Create(p.log)
 	if err != nil {
 		return nil, err
 	}
-	p.cmd = exec.Command(bin.Path, p.Args...)
-	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + r.dir}, env...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := p.cmd.Start(); err != nil {
+	fout, err := os.Create(p.stdout)
+	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	go func() { _ = p.cmd.Wait(); f.Close(); close(p.done) }()
+	p.cmd = exec.Command(bin.Path, p.Args...)
+	p.cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "HOME=" + r.dir}, env...)
+	p.cmd.Stdout, p.cmd.Stderr = io.MultiWriter(f, fout), f
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		f.Close()
+		fout.Close()
+		return nil, err
+	}
+	go func() { _ = p.cmd.Wait(); f.Close(); fout.Close(); close(p.done) }()
 	return p, nil
 }
 
