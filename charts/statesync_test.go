@@ -1,12 +1,14 @@
 package charts_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
 )
@@ -123,6 +125,107 @@ func TestStateSyncRefusals(t *testing.T) {
 			"router.epp.pluginsConfigFile", "mine.yaml", "router.epp.pluginsCustomConfig", map[string]any{"mine.yaml": "plugins: []\ndataLayer:\n  crossReplicaSyncerPluginRef: x\n"}),
 			"mine.yaml already sets dataLayer.crossReplicaSyncerPluginRef"},
 		{"an unknown key", vals("router.epp.stateSync.tls.secret", "x"), "secret"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := render.Helm("epp", "team-a", tc.values)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// sharedPrefix is the configuration's shared-prefix-cache-producer and what each
+// prefix-cache-scorer reads (prefixMatchInfoProducerName, "" for the producer the
+// EPP would create).
+func sharedPrefix(t *testing.T, cfg map[string]any) (producer map[string]any, scorers []string) {
+	t.Helper()
+	for _, p := range cfg["plugins"].([]any) {
+		m := p.(map[string]any)
+		switch m["type"] {
+		case "shared-prefix-cache-producer":
+			producer = m
+		case "prefix-cache-scorer":
+			params, _ := m["parameters"].(map[string]any)
+			name, _ := params["prefixMatchInfoProducerName"].(string)
+			scorers = append(scorers, name)
+		}
+	}
+	return producer, scorers
+}
+
+// TestSharedPrefixIndex: router.epp.stateSync.sharedPrefixIndex.enabled=true adds
+// shared-prefix-cache-producer on the syncer to the EPP's configuration and points
+// its prefix-cache-scorer at it (the chart's default configuration and a user's own
+// alike), and nothing else: no flag, no env, no port.
+func TestSharedPrefixIndex(t *testing.T) {
+	sync := vals("router.epp.peerDiscovery.enabled", true, "router.epp.stateSync.enabled", true)
+	off := renderChart(t, sync)
+	if p, scorers := sharedPrefix(t, pluginConfig(t, off)); p != nil || !slices.Equal(scorers, []string{""}) {
+		t.Fatalf("without sharedPrefixIndex: producer %v, scorers read %q", p, scorers)
+	}
+
+	on := renderChart(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.stateSync.enabled", true, "router.epp.stateSync.sharedPrefixIndex.enabled", true))
+	p, scorers := sharedPrefix(t, pluginConfig(t, on))
+	if p == nil || p["name"] != "shared-prefix" || p["parameters"].(map[string]any)["peerSyncerRef"] != "peer-syncer" {
+		t.Fatalf("sharedPrefixIndex on: producer %v, want shared-prefix on peer-syncer", p)
+	}
+	if !slices.Equal(scorers, []string{"shared-prefix"}) {
+		t.Fatalf("sharedPrefixIndex on: the prefix-cache-scorers read %q, want shared-prefix", scorers)
+	}
+	cOff, cOn := eppContainer(t, podOf(t, off).Containers), eppContainer(t, podOf(t, on).Containers)
+	if !slices.Equal(cOn.Args, cOff.Args) || len(cOn.Env) != len(cOff.Env) || len(cOn.Ports) != len(cOff.Ports) {
+		t.Fatalf("sharedPrefixIndex changed the EPP container: args %v, env %v, ports %v", cOn.Args, cOn.Env, cOn.Ports)
+	}
+
+	// A configuration of the user's own: its prefix-cache-scorer (by any name) reads
+	// the shared index; its other plugins stay as they are.
+	own := renderChart(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.stateSync.enabled", true, "router.epp.stateSync.sharedPrefixIndex.enabled", true,
+		"router.epp.pluginsConfigFile", "mine.yaml", "router.epp.pluginsCustomConfig", map[string]any{"mine.yaml": ownPrefixConfig}))
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(only[*corev1.ConfigMap](t, own).Data["mine.yaml"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	p, scorers = sharedPrefix(t, cfg)
+	if p == nil || !slices.Equal(scorers, []string{"shared-prefix"}) || !strings.Contains(fmt.Sprint(cfg), "matchLengthWeight:0.5") {
+		t.Fatalf("mine.yaml with sharedPrefixIndex: producer %v, scorers read %q:\n%v", p, scorers, cfg)
+	}
+}
+
+const ownPrefixConfig = `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+  - name: prefix
+    type: prefix-cache-scorer
+    parameters: {matchLengthWeight: 0.5}
+  - type: max-score-picker
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: prefix
+      - pluginRef: max-score-picker
+`
+
+func TestSharedPrefixIndexRefusals(t *testing.T) {
+	on := func(kv ...any) map[string]any {
+		return vals(append([]any{"router.epp.peerDiscovery.enabled", true, "router.epp.stateSync.enabled", true, "router.epp.stateSync.sharedPrefixIndex.enabled", true}, kv...)...)
+	}
+	mine := func(content string) []any {
+		return []any{"router.epp.pluginsConfigFile", "mine.yaml", "router.epp.pluginsCustomConfig", map[string]any{"mine.yaml": content}}
+	}
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{"without state sync", vals("router.epp.peerDiscovery.enabled", true, "router.epp.stateSync.sharedPrefixIndex.enabled", true),
+			"router.epp.stateSync.sharedPrefixIndex.enabled=true needs router.epp.stateSync.enabled=true"},
+		{"a configuration without a prefix-cache-scorer", on(mine(ownConfig)...), "mine.yaml has no prefix-cache-scorer to read the index"},
+		{"a scorer that reads another producer", on(mine("plugins:\n  - type: prefix-cache-scorer\n    parameters: {prefixMatchInfoProducerName: approx}\n")...),
+			`mine.yaml has a prefix-cache-scorer that reads the producer "approx"`},
+		{"a configuration with its own shared index", on(mine("plugins:\n  - type: prefix-cache-scorer\n  - {name: idx, type: shared-prefix-cache-producer}\n")...),
+			"mine.yaml already has a plugin idx (type shared-prefix-cache-producer)"},
+		{"an unknown key", vals("router.epp.stateSync.sharedPrefixIndex.enable", true), "enable"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, _, err := render.Helm("epp", "team-a", tc.values)

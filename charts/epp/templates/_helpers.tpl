@@ -131,6 +131,31 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $_ := set $cfg "plugins" $plugins -}}
 {{- $_ := set $dl "crossReplicaSyncerPluginRef" (include "epp.syncerName" $root) -}}
 {{- $_ := set $dl "crossReplicaSyncInterval" $ss.interval -}}
+{{- if dig "sharedPrefixIndex" "enabled" false $ss }}
+{{- $producer := include "epp.sharedPrefixName" $root -}}
+{{- $scorers := 0 -}}
+{{- range $plugins }}
+{{- if or (eq (.type | default "") "shared-prefix-cache-producer") (eq (.name | default "") $producer) }}
+{{- fail (printf "router.epp: the EPP configuration %s already has a plugin %s (type %s); with router.epp.stateSync.sharedPrefixIndex.enabled=true the chart adds its shared-prefix-cache-producer %q: remove it from the file" $file (.name | default .type) .type $producer) }}
+{{- end }}
+{{- if eq (.type | default "") "prefix-cache-scorer" }}
+{{- $params := .parameters | default dict }}
+{{- with $params.prefixMatchInfoProducerName }}
+{{- if ne . $producer }}
+{{- fail (printf "router.epp: the EPP configuration %s has a prefix-cache-scorer that reads the producer %q; with router.epp.stateSync.sharedPrefixIndex.enabled=true the chart points it at the shared index (%q): remove its prefixMatchInfoProducerName" $file . $producer) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $params "prefixMatchInfoProducerName" $producer }}
+{{- $_ := set . "parameters" $params }}
+{{- $scorers = add1 $scorers }}
+{{- end }}
+{{- end }}
+{{- if not $scorers }}
+{{- fail (printf "router.epp: the EPP configuration %s has no prefix-cache-scorer to read the index that router.epp.stateSync.sharedPrefixIndex.enabled=true shares: add one, or leave the value off" $file) }}
+{{- end }}
+{{- $plugins = append $plugins (dict "name" $producer "type" "shared-prefix-cache-producer" "parameters" (dict "peerSyncerRef" (include "epp.syncerName" $root))) -}}
+{{- $_ := set $cfg "plugins" $plugins -}}
+{{- end }}
 {{- end }}
 {{- $_ := set $cfg "dataLayer" $dl -}}
 {{- toYaml $cfg }}
@@ -139,12 +164,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* The cross-replica syncer's plugin name. */}}
 {{- define "epp.syncerName" -}}peer-syncer{{- end }}
 
+{{/* The shared prefix index's plugin name (prefix-cache-scorer's prefixMatchInfoProducerName). */}}
+{{- define "epp.sharedPrefixName" -}}shared-prefix{{- end }}
+
 {{/* Where the mTLS Secret of state sync is mounted. */}}
 {{- define "epp.syncTLSDir" -}}/var/run/epp-peer-sync-tls{{- end }}
 
-{{/* Checks of router.epp.stateSync: it needs peer discovery in mode epp, and an interval of at least 10ms. */}}
+{{/* Checks of router.epp.stateSync: it needs peer discovery in mode epp, and an interval of at least 10ms; its sharedPrefixIndex needs it. */}}
 {{- define "epp.checkStateSync" -}}
 {{- $ss := .Values.router.epp.stateSync -}}
+{{- if and (dig "sharedPrefixIndex" "enabled" false $ss) (not $ss.enabled) -}}
+{{- fail "router.epp.stateSync.sharedPrefixIndex.enabled=true needs router.epp.stateSync.enabled=true: the index travels over the syncer's peer-sync connections" -}}
+{{- end -}}
 {{- if $ss.enabled -}}
 {{- if not .Values.router.epp.peerDiscovery.enabled -}}
 {{- fail "router.epp.stateSync.enabled=true needs router.epp.peerDiscovery.enabled=true: the syncer shares state with the discovered peers" -}}

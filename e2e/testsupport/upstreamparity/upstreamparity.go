@@ -277,7 +277,8 @@ var TracingOn = map[string]any{
 }
 
 // Cases are the settings the chart is compared in: the defaults, tracing on, one
-// and three replicas, peer discovery with state sync, all in standalone mode.
+// and three replicas, peer discovery with state sync (and the shared prefix index),
+// all in standalone mode.
 var Cases = []Case{
 	{"defaults", func() map[string]any { return Standalone(nil) }},
 	{"tracing on", func() map[string]any { return Standalone(TracingOn) }},
@@ -285,7 +286,7 @@ var Cases = []Case{
 	{"replicas 3", func() map[string]any { return Standalone(map[string]any{"epp.replicas": 3}) }},
 	// Upstream's chart has no schema: it ignores this project's values.
 	{"peer discovery and state sync", func() map[string]any {
-		return Standalone(map[string]any{"epp.peerDiscovery.enabled": true, "epp.stateSync.enabled": true})
+		return Standalone(map[string]any{"epp.peerDiscovery.enabled": true, "epp.stateSync.enabled": true, "epp.stateSync.sharedPrefixIndex.enabled": true})
 	}},
 }
 
