@@ -22,6 +22,8 @@ func TestOverlaysAcceptedUnderRestrictedPodSecurity(t *testing.T) {
 		{"sidecar-probing", true, []string{"peer-discovery-sidecar", "peer-probe-sidecar", "peer-network-policy"}},
 		{"state-sync", true, []string{"peer-discovery", "state-sync", "peer-network-policy"}},
 		{"state-sync-tls", true, []string{"peer-discovery", "state-sync", "state-sync-tls"}},
+		{"shared-prefix-index", true, []string{"peer-discovery", "state-sync", "shared-prefix-index"}},
+		{"tracing", false, []string{"tracing"}},
 		// DNS SRV discovery needs no RBAC: no endpointslices rule.
 		{"dns", false, []string{"peer-discovery-dns"}},
 		{"metrics-auth", true, []string{"peer-discovery", "metrics-auth"}}} {

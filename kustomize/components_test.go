@@ -155,11 +155,13 @@ func TestComponentsRefuseTheWrongMode(t *testing.T) {
 	}
 }
 
-// TestComponentsRefuseCombinationsThatCannotWork: state-sync-tls without state-sync
-// (TLS settings for a syncer that is not there) and peer-discovery-dns with
+// TestComponentsRefuseCombinationsThatCannotWork: state-sync-tls or
+// shared-prefix-index without state-sync (settings for a syncer that is not there),
+// tracing on an EPP container that is the user's, and peer-discovery-dns with
 // peer-discovery or peer-discovery-sidecar (an endpointslices Role DNS does not
-// need, two plugins' settings on one EPP) used to build silently; in either order
-// they fail, with a message that names the cause.
+// need, two plugins' settings on one EPP) fail to build, in either order, with a
+// message that names the cause (state-sync-tls and peer-discovery-dns used to build
+// silently).
 func TestComponentsRefuseCombinationsThatCannotWork(t *testing.T) {
 	alternatives := "peer-discovery-dns and peer-discovery (or peer-discovery-sidecar) are alternatives"
 	for _, tc := range []struct {
@@ -172,6 +174,10 @@ func TestComponentsRefuseCombinationsThatCannotWork(t *testing.T) {
 		{[]string{"peer-discovery-dns", "peer-discovery"}, alternatives},
 		{[]string{"peer-discovery-sidecar", "peer-discovery-dns"}, alternatives},
 		{[]string{"peer-discovery-dns", "peer-discovery-sidecar"}, alternatives},
+		// The shared prefix index travels over the syncer's connections.
+		{[]string{"peer-discovery", "shared-prefix-index"}, "epp-peer-discovery~1state-sync"},
+		{[]string{"shared-prefix-index"}, "epp-peer-discovery~1state-sync"},
+		{[]string{"peer-discovery", "shared-prefix-index", "state-sync"}, "epp-peer-discovery~1state-sync"},
 		// The EPP container is the user's in sidecar mode: tracing sets llm-d-router's EPP's flag.
 		{[]string{"peer-discovery-sidecar", "tracing"}, "epp-peer-discovery~1epp-container"},
 	} {
