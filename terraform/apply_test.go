@@ -27,7 +27,8 @@ const collector = "http://otel-collector.monitoring:4317"
 
 // TestApplyAndDestroy applies examples/basic against the real API server with peer
 // discovery off, on, on but turned off again by var.values, on with state sync
-// (state_sync_enabled), and with tracing on (tracing_enabled) and one replica: the
+// (state_sync_enabled), with the shared prefix index too (shared_prefix_index_enabled),
+// and with tracing on (tracing_enabled) and one replica: the
 // release installs, the Role exists iff peer discovery is on with exactly the
 // endpointslices rule, the outputs (read from the release) say so, the Deployment's
 // args, env and ports and the EPP configuration are the Helm rendering's, its EPP
@@ -42,13 +43,15 @@ func TestApplyAndDestroy(t *testing.T) {
 		enabled         bool           // what the release ends up with
 		wantServiceName string
 		stateSync       bool // state_sync_enabled
+		sharedPrefix    bool // shared_prefix_index_enabled
 		tracing         bool // tracing_enabled, with one replica
 	}{
-		{"off", false, nil, false, "epp", false, false},
-		{"on", true, nil, true, "epp", false, false},
-		{"on, overridden by values", true, map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": false}}}}, false, "epp", false, false},
-		{"state sync on", true, nil, true, "epp", true, false},
-		{"tracing on, one replica", false, nil, false, "epp", false, true},
+		{"off", false, nil, false, "epp", false, false, false},
+		{"on", true, nil, true, "epp", false, false, false},
+		{"on, overridden by values", true, map[string]any{"router": map[string]any{"epp": map[string]any{"peerDiscovery": map[string]any{"enabled": false}}}}, false, "epp", false, false, false},
+		{"state sync on", true, nil, true, "epp", true, false, false},
+		{"state sync and the shared prefix index on", true, nil, true, "epp", true, true, false},
+		{"tracing on, one replica", false, nil, false, "epp", false, false, true},
 	} {
 		enabled := tc.enabled
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,12 +62,13 @@ func TestApplyAndDestroy(t *testing.T) {
 				t.Fatal(err)
 			}
 			opts := tfenv.Options(t, dir, map[string]any{
-				"kubeconfig":             env.Kubeconfig,
-				"namespace":              ns,
-				"create_namespace":       false, // envtest runs no namespace controller to finish a namespace deletion
-				"peer_discovery_enabled": tc.variable,
-				"state_sync_enabled":     tc.stateSync,
-				"wait":                   false, // envtest runs no controllers: no pods become ready
+				"kubeconfig":                  env.Kubeconfig,
+				"namespace":                   ns,
+				"create_namespace":            false, // envtest runs no namespace controller to finish a namespace deletion
+				"peer_discovery_enabled":      tc.variable,
+				"state_sync_enabled":          tc.stateSync,
+				"shared_prefix_index_enabled": tc.sharedPrefix,
+				"wait":                        false, // envtest runs no controllers: no pods become ready
 			})
 			replicas := 3
 			if tc.tracing {
@@ -125,7 +129,8 @@ func TestApplyAndDestroy(t *testing.T) {
 			}
 			// The same settings as chart values, in llm-d-router-standalone's
 			// standalone mode (which ignores this project's values).
-			settings := map[string]any{"epp.peerDiscovery.enabled": enabled, "epp.stateSync.enabled": tc.stateSync, "epp.replicas": replicas}
+			settings := map[string]any{"epp.peerDiscovery.enabled": enabled, "epp.stateSync.enabled": tc.stateSync,
+				"epp.stateSync.sharedPrefixIndex.enabled": tc.sharedPrefix, "epp.replicas": replicas}
 			if tc.tracing {
 				settings["tracing.enabled"], settings["tracing.otelExporterEndpoint"] = true, collector
 			}
@@ -181,6 +186,9 @@ func TestApplyAndDestroy(t *testing.T) {
 					}
 					if tc.stateSync != strings.Contains(fmt.Sprint(applied.Data), "peer-syncer") {
 						t.Fatalf("ConfigMap %s with state sync %v:\n%v", cm.Name, tc.stateSync, applied.Data)
+					}
+					if tc.sharedPrefix != strings.Contains(fmt.Sprint(applied.Data), "prefixMatchInfoProducerName: shared-prefix") {
+						t.Fatalf("ConfigMap %s with the shared prefix index %v:\n%v", cm.Name, tc.sharedPrefix, applied.Data)
 					}
 				}
 			}

@@ -41,9 +41,10 @@ locals {
           networkPolicy = { enabled = var.peer_network_policy }
         }
         stateSync = {
-          enabled  = var.state_sync_enabled
-          interval = var.state_sync_interval
-          tls      = { secretName = var.state_sync_tls_secret_name }
+          enabled           = var.state_sync_enabled
+          interval          = var.state_sync_interval
+          tls               = { secretName = var.state_sync_tls_secret_name }
+          sharedPrefixIndex = { enabled = var.shared_prefix_index_enabled }
         }
       }
     })
@@ -81,6 +82,10 @@ resource "helm_release" "this" {
     precondition {
       condition     = !var.state_sync_enabled || var.peer_discovery_enabled
       error_message = "state_sync_enabled needs peer_discovery_enabled = true: the syncer shares state with the discovered peers."
+    }
+    precondition {
+      condition     = !var.shared_prefix_index_enabled || var.state_sync_enabled
+      error_message = "shared_prefix_index_enabled needs state_sync_enabled = true: the index travels over the syncer's peer-sync connections."
     }
     precondition {
       condition     = !var.tracing_enabled || !var.peer_discovery_enabled || var.peer_discovery_mode == "epp"

@@ -87,6 +87,7 @@ func TestValidationMessages(t *testing.T) {
 		{"state sync in a sidecar", map[string]any{"namespace": "ns", "state_sync_enabled": true, "peer_discovery_enabled": true, "peer_discovery_mode": "sidecar"}, `state_sync_enabled needs peer_discovery_mode = "epp"`},
 		{"state sync interval below 10ms", map[string]any{"namespace": "ns", "state_sync_interval": "5ms"}, `state_sync_interval must be a duration of at least 10ms`},
 		{"state sync TLS Secret name", map[string]any{"namespace": "ns", "state_sync_tls_secret_name": "My_Secret"}, `state_sync_tls_secret_name must be a Secret name`},
+		{"shared prefix index without state sync", map[string]any{"namespace": "ns", "peer_discovery_enabled": true, "shared_prefix_index_enabled": true}, `shared_prefix_index_enabled needs state_sync_enabled = true`},
 		{"tracing endpoint", map[string]any{"namespace": "ns", "tracing_otel_exporter_endpoint": "collector:4317"}, `tracing_otel_exporter_endpoint must be an http:// or https:// URL`},
 		{"tracing sampler", map[string]any{"namespace": "ns", "tracing_sampler": "always_on"}, `tracing_sampler must be "parentbased_traceidratio"`},
 		{"tracing sampler share", map[string]any{"namespace": "ns", "tracing_sampler_arg": 1.5}, `tracing_sampler_arg must be a share between 0 and 1`},

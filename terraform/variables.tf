@@ -247,6 +247,12 @@ variable "state_sync_tls_secret_name" {
   }
 }
 
+variable "shared_prefix_index_enabled" {
+  description = "Share the approximate prefix-cache index between the replicas over the syncer's peer-sync connections (needs state_sync_enabled): the EPP configuration gets the plugin shared-prefix (shared-prefix-cache-producer on peer-syncer), and its prefix-cache-scorer reads it instead of the approx-prefix-cache-producer the EPP would create for each replica alone. The chart's router.epp.stateSync.sharedPrefixIndex.enabled."
+  type        = bool
+  default     = false
+}
+
 variable "tracing_enabled" {
   description = "OpenTelemetry tracing of llm-d-router's EPP (the chart's router.tracing.enabled, as upstream's chart): false renders --tracing=false, so no spans are recorded (the EPP's own default prints every sampled request's spans on stdout); true renders --tracing=true and the OTLP exporter's env (endpoint, sampler, service name and the pod's namespace, node and name as resource attributes). Needs peer_discovery_mode = \"epp\"."
   type        = bool

@@ -401,9 +401,10 @@ run "state_sync_on" {
 
   assert {
     condition = yamldecode(helm_release.this.values[0]).router.epp.stateSync == {
-      enabled  = true
-      interval = "100ms"
-      tls      = { secretName = "epp-peer-sync-tls" }
+      enabled           = true
+      interval          = "100ms"
+      tls               = { secretName = "epp-peer-sync-tls" }
+      sharedPrefixIndex = { enabled = false }
     }
     error_message = "state sync on must hand enabled=true, the interval and the TLS Secret to the chart"
   }
@@ -478,4 +479,39 @@ run "rejects_a_sampler_the_epp_does_not_implement" {
   }
 
   expect_failures = [var.tracing_sampler]
+}
+
+run "shared_prefix_index_on" {
+  command = plan
+
+  variables {
+    peer_discovery_enabled      = true
+    state_sync_enabled          = true
+    shared_prefix_index_enabled = true
+  }
+
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.stateSync.sharedPrefixIndex == { enabled = true }
+    error_message = "shared_prefix_index_enabled must hand stateSync.sharedPrefixIndex.enabled=true to the chart"
+  }
+}
+
+run "shared_prefix_index_is_off_by_default" {
+  command = plan
+
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.stateSync.sharedPrefixIndex.enabled == false
+    error_message = "stateSync.sharedPrefixIndex.enabled must be false by default"
+  }
+}
+
+run "rejects_the_shared_prefix_index_without_state_sync" {
+  command = plan
+
+  variables {
+    peer_discovery_enabled      = true
+    shared_prefix_index_enabled = true
+  }
+
+  expect_failures = [helm_release.this]
 }

@@ -41,6 +41,7 @@ module "epp" {
   peer_discovery_enabled         = var.peer_discovery_enabled
   peer_discovery_mode            = var.peer_discovery_mode
   state_sync_enabled             = var.state_sync_enabled
+  shared_prefix_index_enabled    = var.shared_prefix_index_enabled
   tracing_enabled                = var.tracing_enabled
   tracing_otel_exporter_endpoint = var.tracing_otel_exporter_endpoint
   epp_args                       = var.epp_args

@@ -64,6 +64,12 @@ variable "state_sync_enabled" {
   default     = false
 }
 
+variable "shared_prefix_index_enabled" {
+  description = "Share the prefix-cache index between the replicas over the syncer's connections; needs state_sync_enabled."
+  type        = bool
+  default     = false
+}
+
 variable "tracing_enabled" {
   description = "OpenTelemetry tracing of llm-d-router's EPP: spans to tracing_otel_exporter_endpoint (off: --tracing=false, as upstream's chart)."
   type        = bool
