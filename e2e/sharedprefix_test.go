@@ -1,0 +1,97 @@
+//go:build e2e
+
+package e2e_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gruntwork-io/terratest/modules/helm"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilrand "k8s.io/apimachinery/pkg/util/rand"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
+)
+
+// TestSharedPrefixIndexLoads (local backend): the EPP configuration the chart
+// renders with router.epp.stateSync.sharedPrefixIndex.enabled (peer discovery, state
+// sync, shared-prefix-cache-producer read by prefix-cache-scorer) is one that
+// llm-d-router's EPP starts with: its gRPC readiness serves, its /metrics has the
+// shared index of the plugin shared-prefix, and it answers a request. One replica:
+// with more, the syncers would dial each other's pod IPs, which are fake here (the
+// shared index between replicas is proven in llmdrouter/sharedprefix's tests).
+func TestSharedPrefixIndexLoads(t *testing.T) {
+	if backend != "local" {
+		t.Skip("runs on the local backend; on kind, llmdrouter/e2ekind runs state sync with three replicas")
+	}
+	ctx := context.Background()
+	ns := "e2e-shared-prefix-" + utilrand.String(5)
+	if _, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: ns, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = clientset.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	rt, err := podproc.New(local.Config, podproc.DefaultBinaries(repoRoot), ns, "app.kubernetes.io/name=epp", eppContainer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	go rt.Run(runCtx)
+	t.Cleanup(func() { stop(); rt.Wait() })
+
+	opts := &helm.Options{KubectlOptions: kubectlOptions(ns), SetValues: map[string]string{
+		"router.epp.replicas":                            "1",
+		"router.epp.peerDiscovery.enabled":               "true",
+		"router.epp.stateSync.enabled":                   "true",
+		"router.epp.stateSync.sharedPrefixIndex.enabled": "true",
+	}, ExtraArgs: map[string][]string{"install": {"--wait", "--timeout", "3m"}}}
+	helm.InstallContext(t, ctx, opts, filepath.Join(repoRoot, "charts", "epp"), "epp")
+	t.Cleanup(func() { helm.DeleteContext(t, context.Background(), opts, "epp", true) })
+	epp := runningEPP(t, rt)
+
+	// Ready: the EPP's own gRPC readiness (KWOK marks every pod ready; this is the
+	// process's answer), which includes its plugins' readiness.
+	conn, err := grpc.NewClient(epp.proc.ProbeAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	status := ""
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{Service: "readiness"})
+		cancel()
+		if status = resp.GetStatus().String(); err != nil {
+			status = err.Error()
+		}
+		if status == healthpb.HealthCheckResponse_SERVING.String() {
+			break
+		}
+	}
+	if status != healthpb.HealthCheckResponse_SERVING.String() {
+		t.Fatalf("the EPP's readiness: %s after 60s\n--- EPP output:\n%s", status, logOf(rt))
+	}
+
+	metrics, err := peerview.FetchMetrics(ctx, epp.proc.MetricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(metrics, `epp_shared_prefix_index_blocks{plugin="shared-prefix"}`) {
+		t.Fatalf("/metrics has no epp_shared_prefix_index_blocks of the plugin shared-prefix\n--- EPP output:\n%s", logOf(rt))
+	}
+	traceID, traceparent := newTraceContext(t)
+	answer, err := sendUntilAnswered(epp.ExtProcAddr, traceparent)
+	if err != nil {
+		t.Fatalf("%v\n--- EPP output:\n%s", err, logOf(rt))
+	}
+	t.Logf("ready, the shared index's metrics served; a request (trace %s): the EPP %s", traceID, answer)
+}
