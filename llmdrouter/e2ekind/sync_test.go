@@ -197,7 +197,8 @@ func newCluster(t *testing.T, prefix string) *cluster {
 
 // installEPP installs the chart as release epp with three replicas of llm-d-router's
 // EPP, one on each node, peer discovery and state sync on, and extra values (YAML
-// under router.epp, indented by 4), and waits for it.
+// that follows router.epp.stateSync's keys: indented by 6, more of stateSync; by 4,
+// more of router.epp), and waits for it.
 func installEPP(t *testing.T, c *cluster, extra string) {
 	t.Helper()
 	kubeconfig, kctx, helm, chart := env(t, "E2E_KUBECONFIG"), env(t, "E2E_KUBE_CONTEXT"), env(t, "HELM"), env(t, "CHART")
