@@ -5,7 +5,6 @@ import (
 	"os"
 
 	"github.com/go-logr/logr"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
@@ -17,10 +16,9 @@ import (
 // llm-d-router's EPP: Start with the program's notifier, then Ready is closed after
 // the initial reconciliation. Start is all it needs: without Options.RESTConfig it
 // loads the client configuration itself (kubeconfig.Load, controller-runtime's
-// order: $KUBECONFIG, in-cluster, ~/.kube/config) and runs a reflector of its own, scoped to the Service's slices. A
-// program that runs a controller-runtime manager may instead, as an extra, call
-// SetupWithManager (and, before creating the manager, AddToCacheOptions to share its
-// cache).
+// order: $KUBECONFIG, in-cluster, ~/.kube/config) and runs a reflector of its own,
+// scoped to the Service's slices. A program that runs a controller-runtime manager
+// may instead, as an extra, call SetupWithManager.
 type Discovery struct {
 	*discovery.PeerDiscovery
 	source *Source
@@ -59,10 +57,6 @@ func NewFromJSON(params *json.Decoder, log logr.Logger, opts Options) (*Discover
 func (d *Discovery) SetupWithManager(mgr manager.Manager) error {
 	return d.source.SetupWithManager(mgr)
 }
-
-// AddToCacheOptions merges the cache entry of the Service's slices into the host's
-// cache options (see Source.AddToCacheOptions).
-func (d *Discovery) AddToCacheOptions(o *cache.Options) error { return d.source.AddToCacheOptions(o) }
 
 // Slices returns the names of the slices the discovery holds.
 func (d *Discovery) Slices() []string { return d.source.Slices() }

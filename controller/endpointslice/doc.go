@@ -13,8 +13,8 @@
 //
 // Discovery wraps the source for a Go program in llm-d-router's plugin shape:
 // Start(ctx, notifier) and Ready, nothing else needed. A program that runs a
-// controller-runtime manager may join it instead (SetupWithManager), and share its
-// cache (AddToCacheOptions, CacheEntry). Settings and ConfigFromJSON build and
-// validate the configuration from flags or JSON plugin parameters with the same rules
-// and messages; Spec is the source's entry in the epp binary.
+// controller-runtime manager may join it instead (SetupWithManager). Settings and
+// ConfigFromJSON build and validate the configuration from flags or JSON plugin
+// parameters with the same rules and messages; Spec is the source's entry in the
+// epp binary.
 package endpointslice

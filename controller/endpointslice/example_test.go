@@ -32,8 +32,7 @@ func ExampleDiscovery() {
 
 // A program that already runs a controller-runtime manager may join it instead, as
 // an extra: SetupWithManager before the manager starts (the manager's start then
-// runs the discovery), and optionally AddToCacheOptions before the manager is
-// created, to share its cache.
+// runs the discovery, with a reflector of its own, on every replica).
 func ExampleDiscovery_SetupWithManager() {
 	ctx := ctrl.SetupSignalHandler()
 	self, err := peers.SelfFromEnv(os.Getenv("NAMESPACE"), os.Getenv, os.Hostname)

@@ -56,9 +56,8 @@ func (o *Options) defaults() {
 // Source is the EndpointSlice peer source. It keeps the peer set of one Service's
 // slices incrementally (peerset.State): every slice event updates that slice's
 // peers and publishes only the change. The slices come from a reflector of its own,
-// scoped to the namespace and the service-name label (or, after AddToCacheOptions,
-// from the host's informer), and a health check watches over the connection to the
-// API server: see run.
+// scoped to the namespace and the service-name label, and a health check watches
+// over the connection to the API server: see runOwn.
 type Source struct {
 	cfg  peerset.Config
 	pub  *discovery.Publisher
@@ -66,9 +65,7 @@ type Source struct {
 	opts Options
 	now  func() time.Time
 
-	hostCache bool      // AddToCacheOptions was called
-	setUp     bool      // SetupWithManager was called
-	host      hostSetup // the host informer, with the host's cache
+	setUp bool // SetupWithManager was called
 
 	mu     sync.Mutex // guards the fields below; serializes slice events
 	state  *peerset.State
@@ -101,9 +98,8 @@ func (s *Source) Slices() []string {
 // SetupWithManager joins a host's controller-runtime manager, an optional extra for a
 // host that has one (Run alone needs nothing from the host): the source runs as one
 // of its runnables, on every replica, leader or not, apart from the manager's
-// cache-sync wait (so a missing Role never holds up the host), and Run only waits.
-// After AddToCacheOptions it reads the slices from the host's cache instead of a
-// reflector of its own.
+// cache-sync wait (so that nothing of the host holds it up), with the manager's
+// client configuration and a reflector of its own; Run only waits.
 func (s *Source) SetupWithManager(mgr manager.Manager) error {
 	if s.setUp {
 		return errors.New("endpointslice peer discovery: SetupWithManager called twice")
@@ -112,26 +108,20 @@ func (s *Source) SetupWithManager(mgr manager.Manager) error {
 	if s.opts.RESTConfig == nil {
 		s.opts.RESTConfig = mgr.GetConfig()
 	}
-	if s.hostCache {
-		if err := s.setupHostCache(mgr); err != nil {
-			return err
-		}
-	}
 	return mgr.Add(runnable{s: s, cache: mgr.GetCache()})
 }
 
 // runnable runs the source in a manager on every replica. It starts with the
 // manager's caches, not after they synced (which controller-runtime waits for
-// before its other runnables): so that it runs, and says why, when a cache cannot
-// sync (a missing Role on the host's cache). It declares the manager's cache as its
-// own for that, with a sync wait that does not wait: the source waits for the
-// slices itself (runOnHostCache).
+// before its other runnables), so that a host cache that cannot sync never holds
+// up peer discovery. It declares the manager's cache as its own for that, with a
+// sync wait that does not wait.
 type runnable struct {
 	s     *Source
 	cache cache.Cache
 }
 
-func (r runnable) Start(ctx context.Context) error { return r.s.run(ctx) }
+func (r runnable) Start(ctx context.Context) error { return r.s.runOwn(ctx) }
 func (runnable) NeedLeaderElection() bool          { return false }
 func (r runnable) GetCache() cache.Cache           { return noSyncWait{r.cache} }
 
@@ -153,13 +143,6 @@ func (s *Source) Run(ctx context.Context) error {
 			return fmt.Errorf("endpointslice peer discovery: %w", err)
 		}
 		s.opts.RESTConfig = c
-	}
-	return s.run(ctx)
-}
-
-func (s *Source) run(ctx context.Context) error {
-	if s.hostCache {
-		return s.runOnHostCache(ctx)
 	}
 	return s.runOwn(ctx)
 }
@@ -208,8 +191,7 @@ func triggerTime(sl *discoveryv1.EndpointSlice) time.Time {
 	return t
 }
 
-// upsertLocked, deleteLocked and replaceLocked apply the events of either feed (the
-// own reflector, the host's informer).
+// upsertLocked, deleteLocked and replaceLocked apply the reflector's events.
 func (s *Source) upsertLocked(sl *discoveryv1.EndpointSlice) {
 	s.names[sl.Namespace+"/"+sl.Name] = true
 	s.applyLocked(func() peers.Change { return s.state.Upsert(sl) }, triggerTime(sl))
@@ -252,7 +234,7 @@ func (s *Source) forbidden(err error) error {
 	return fmt.Errorf("missing RBAC: need get, list and watch on discovery.k8s.io endpointslices in namespace %q (a Role bound to this pod's ServiceAccount): %w", s.cfg.Namespace, err)
 }
 
-// sliceOf unwraps what a reflector or an informer hands over.
+// sliceOf unwraps what a reflector hands over.
 func sliceOf(obj any) (*discoveryv1.EndpointSlice, bool) {
 	switch o := obj.(type) {
 	case *discoveryv1.EndpointSlice:

@@ -7,9 +7,8 @@ import (
 )
 
 // Reasons are the failure reasons the source reports: a missing Role, a failed
-// list or watch, a failed check list before a host's cache synced, and the causes of
-// a failed API server check (Classify).
-var Reasons = []string{metrics.ReasonForbidden, metrics.ReasonWatch, metrics.ReasonList,
+// list or watch, and the causes of a failed API server check (Classify).
+var Reasons = []string{metrics.ReasonForbidden, metrics.ReasonWatch,
 	"unauthorized", "refused", "reset", "tls", "server-error", "timeout", "other"}
 
 // Spec is the source as the epp binary knows it: --epp-peer-service=<the EPP

@@ -8,12 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 
@@ -48,16 +44,12 @@ func (s *seenNames) has(n string) bool {
 
 // TestHostManager embeds EndpointSlice discovery in a host program that runs its own
 // manager and watches Pods and ConfigMaps of its namespace, as an EPP does, under a
-// ServiceAccount with namespaced Roles only. Both ways are covered: the discovery's
-// own small cache (the default, no change to the host), and the host's cache with
-// the entry merged by AddToCacheOptions. In both, the host's reads keep working, the
-// slice cache holds only the Service's slices among 1,000 others, and the peer part
-// needs exactly the endpointslices Role. With its own cache, a missing Role leaves
-// the host running while the peer part reports what is missing, and binding it makes
-// the peer part ready without a restart. (With the host's cache, controller-runtime
-// holds every controller of that cache until all of its informers synced, so a
-// missing Role would stall and then stop the host, so SetupWithManager refuses with
-// the missing permission; docs/DECISIONS.md says why the own cache is the default.)
+// ServiceAccount with namespaced Roles only, joined with SetupWithManager: the
+// discovery keeps its own small cache (no change to the host). The host's reads keep
+// working, the slice cache holds only the Service's slices among 1,000 others, and
+// the peer part needs exactly the endpointslices Role: a missing Role leaves the host
+// running while the peer part reports what is missing, and binding it makes the peer
+// part ready without a restart.
 func TestHostManager(t *testing.T) {
 	ctx := context.Background()
 	ns, err := env.CreateNamespace(ctx, "host", nil)
@@ -90,261 +82,46 @@ func TestHostManager(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, mode := range []string{"own cache", "host cache"} {
-		t.Run(mode, func(t *testing.T) {
-			sa := strings.ReplaceAll(mode, " ", "-")
-			saConfig, err := env.ServiceAccountConfig(ctx, ns, sa)
-			if err != nil {
-				t.Fatal(err)
-			}
-			bind(t, ns, sa+"-host", "host", sa)
-
-			cfg, err := endpointslice.Settings{Service: "epp", Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0"})
-			if err != nil {
-				t.Fatal(err)
-			}
-			logs := &capture.Buffer{}
-			d := endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: "host-" + sa})
-			cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
-			if mode == "host cache" {
-				if err := d.AddToCacheOptions(&cacheOpts); err != nil {
-					t.Fatal(err)
-				}
-				if len(cacheOpts.DefaultNamespaces) != 1 || len(cacheOpts.ByObject) != 1 {
-					t.Fatalf("AddToCacheOptions changed the host's defaults or added more than one entry: %+v", cacheOpts)
-				}
-			}
-			mgr, err := ctrl.NewManager(saConfig, ctrl.Options{
-				Cache:                  cacheOpts,
-				Metrics:                metricsserver.Options{BindAddress: "0"},
-				HealthProbeBindAddress: "0",
-				Logger:                 logs.Logger().WithName("host"),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			// The host's controllers: its Pods and ConfigMaps.
-			seen := &seenNames{names: map[string]bool{}}
-			for _, obj := range []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}} {
-				if err := hostController(mgr, sa, obj, seen); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if mode == "host cache" {
-				// On the host's cache a missing Role would stall the host's controllers
-				// and then stop its manager: SetupWithManager refuses, naming it.
-				err := d.SetupWithManager(mgr)
-				if err == nil || !strings.Contains(err.Error(), "missing RBAC") || !strings.Contains(err.Error(), "endpointslices") {
-					t.Fatalf("SetupWithManager on the host's cache without the Role = %v, want the missing permission", err)
-				}
-				bind(t, ns, sa+"-peers", "epp-peer-discovery", sa)
-				// A fresh Discovery and manager, as a host restarted after the fix.
-				d = endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: "host-" + sa})
-				cacheOpts = cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}}
-				if err := d.AddToCacheOptions(&cacheOpts); err != nil {
-					t.Fatal(err)
-				}
-				if mgr, err = ctrl.NewManager(saConfig, ctrl.Options{Cache: cacheOpts, Metrics: metricsserver.Options{BindAddress: "0"},
-					HealthProbeBindAddress: "0", Logger: logs.Logger().WithName("host")}); err != nil {
-					t.Fatal(err)
-				}
-				for _, obj := range []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}} {
-					if err := hostController(mgr, sa+"-restarted", obj, seen); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-			if err := d.SetupWithManager(mgr); err != nil {
-				t.Fatal(err)
-			}
-			runCtx, cancel := context.WithCancel(ctx)
-			var wg sync.WaitGroup
-			store := peers.NewMemoryPeerStore()
-			wg.Go(func() {
-				if err := mgr.Start(runCtx); err != nil {
-					t.Errorf("host manager: %v", err)
-				}
-			})
-			wg.Go(func() {
-				if err := d.Start(runCtx, store); err != nil {
-					t.Errorf("Start: %v", err)
-				}
-			})
-			defer func() {
-				cancel()
-				wg.Wait()
-				if t.Failed() {
-					t.Logf("peer discovery logs:\n%s", logs.String())
-				}
-			}()
-
-			granted := time.Now()
-			if mode == "own cache" {
-				// Without the endpointslices Role: the host works, the peer part says why not.
-				eventually(t, 30*time.Second, func() string {
-					if !seen.has("host-config") || !seen.has("model-server-0") {
-						return "the host's controllers have not seen their ConfigMap and Pod"
-					}
-					if err := d.Status().LastError(); err == nil || !strings.Contains(err.Error(), "endpointslices") || !strings.Contains(err.Error(), "forbidden") {
-						return fmt.Sprintf("peer discovery without its Role reports %v, want the missing endpointslices permission", err)
-					}
-					return ""
-				})
-				select {
-				case <-d.Ready():
-					t.Fatal("ready without the endpointslices Role")
-				default:
-				}
-				var cms corev1.ConfigMapList
-				if err := mgr.GetClient().List(ctx, &cms, client.InNamespace(ns)); err != nil || len(cms.Items) == 0 {
-					t.Fatalf("the host's own read failed while peer discovery lacks its Role: %v", err)
-				}
-				// Grant the peer Role: ready and peers, no restart.
-				granted = time.Now()
-				bind(t, ns, sa+"-peers", "epp-peer-discovery", sa)
-			}
-			select {
-			case <-d.Ready():
-				t.Logf("%s: ready %s after the RoleBinding", mode, time.Since(granted).Round(time.Millisecond))
-			case <-time.After(60 * time.Second):
-				t.Fatal("not ready 60s after the endpointslices RoleBinding was created")
-			}
-			// Ready means the host's notifier holds the initial set.
-			if got := peerIDs(store.Peers()); strings.Join(got, ",") != ns+"/epp-1@10.0.0.2:9005,"+ns+"/epp-2@10.0.0.3:9005" {
-				t.Fatalf("peers right after Ready: %v", got)
-			}
-
-			// The discovery holds only the Service's slice, among 1,000 others.
-			if names := d.Slices(); strings.Join(names, ",") != ns+"/epp-a" {
-				t.Fatalf("the discovery holds %d slices %v, want only %s/epp-a", len(names), names, ns)
-			}
-			if mode == "host cache" {
-				// The host's cache serves the slices too (one informer for both).
-				var cached discoveryv1.EndpointSliceList
-				if err := mgr.GetCache().List(ctx, &cached, client.InNamespace(ns)); err != nil || len(cached.Items) != 1 {
-					t.Fatalf("the host's cache holds %d slices (%v), want the Service's one", len(cached.Items), err)
-				}
-			}
-
-			// The host's controllers and reads keep working.
-			eventually(t, 10*time.Second, func() string {
-				if !seen.has("host-config") || !seen.has("model-server-0") {
-					return "the host's controllers have not seen their ConfigMap and Pod"
-				}
-				return ""
-			})
-			if err := mgr.GetClient().Get(ctx, client.ObjectKey{Namespace: ns, Name: "host-config"}, &corev1.ConfigMap{}); err != nil {
-				t.Fatalf("host read of its ConfigMap: %v", err)
-			}
-			var pods corev1.PodList
-			if err := mgr.GetClient().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": "vllm"}); err != nil || len(pods.Items) != 1 {
-				t.Fatalf("host read of its Pods: %d, %v", len(pods.Items), err)
-			}
-
-			// And the peers follow changes.
-			if err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "epp-a", metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			eventually(t, 10*time.Second, func() string {
-				if n := len(store.Peers()); n != 0 {
-					return fmt.Sprintf("%d peers after the slice was deleted", n)
-				}
-				return ""
-			})
-			if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		})
-	}
-}
-
-// TestHostCacheSaysWhyItIsNotReady: on the host's cache, a Role removed between
-// SetupWithManager (which checked it) and the start leaves the slice informer
-// unable to sync. The replica is not ready and says why (the missing permission in
-// LastError and errors_total{reason="forbidden"}) within the bounds of the stale
-// signal, and becomes ready once the Role is back, without a restart.
-func TestHostCacheSaysWhyItIsNotReady(t *testing.T) {
-	ctx := context.Background()
-	ns, err := env.CreateNamespace(ctx, "hostsync", nil)
+	sa := "own-cache"
+	saConfig, err := env.ServiceAccountConfig(ctx, ns, sa)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := env.Clientset.RbacV1().Roles(ns).Create(ctx, peerRole(ns), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	saConfig, err := env.ServiceAccountConfig(ctx, ns, "host")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bind(t, ns, "peers", "epp-peer-discovery", "host")
-	hostCacheFault{
-		ns: ns, cfg: saConfig, instance: "host-cache-sync", reason: metrics.ReasonForbidden, fault: "the Role was removed",
-		// The Role goes before the host starts.
-		cause: func() {
-			if err := env.Clientset.RbacV1().RoleBindings(ns).Delete(ctx, "peers", metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		},
-		mend: func() { bind(t, ns, "peers", "epp-peer-discovery", "host") },
-		says: func(err error) string {
-			if err == nil || !strings.Contains(err.Error(), "missing RBAC") || !strings.Contains(err.Error(), "endpointslices") {
-				return fmt.Sprintf("not ready on a cache that cannot sync, the replica reports %v; want the missing endpointslices permission", err)
-			}
-			return ""
-		},
-	}.run(t)
-}
+	bind(t, ns, sa+"-host", "host", sa)
 
-// hostCacheFault is a fault that keeps the host's slice informer from syncing: the
-// discovery joins a host manager (on cfg) with AddToCacheOptions, cause breaks the
-// API access after SetupWithManager and before the start, and mend restores it.
-type hostCacheFault struct {
-	ns       string
-	cfg      *rest.Config
-	instance string
-	reason   string // the errors_total reason that must move
-	fault    string // what cause did, for messages
-	cause    func()
-	mend     func()
-	says     func(lastError error) string // "" when LastError names the fault
-}
-
-// run checks that the replica is not ready and says why (says, and errors_total of
-// reason) within the bounds of the stale signal, and that once mended it becomes
-// ready with its peer, the error cleared, without a restart.
-func (f hostCacheFault) run(t *testing.T) {
-	t.Helper()
-	ctx := context.Background()
-	s := slicegen.Slice("epp-a", slicegen.Namespace(f.ns), slicegen.Pod("epp-0", "10.0.0.1"), slicegen.Pod("epp-1", "10.0.0.2"))
-	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(f.ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := endpointslice.Settings{Service: "epp", Namespace: f.ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0"})
+	cfg, err := endpointslice.Settings{Service: "epp", Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	logs := &capture.Buffer{}
-	d := endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: f.instance})
-	cacheOpts := cache.Options{DefaultNamespaces: map[string]cache.Config{f.ns: {}}}
-	if err := d.AddToCacheOptions(&cacheOpts); err != nil {
-		t.Fatal(err)
-	}
-	mgr, err := ctrl.NewManager(f.cfg, ctrl.Options{Cache: cacheOpts, Metrics: metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0", Logger: logs.Logger().WithName("host")})
+	d := endpointslice.New(cfg, logs.Logger(), endpointslice.Options{Instance: "host-" + sa})
+	mgr, err := ctrl.NewManager(saConfig, ctrl.Options{
+		Cache:                  cache.Options{DefaultNamespaces: map[string]cache.Config{ns: {}}},
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Logger:                 logs.Logger().WithName("host"),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.SetupWithManager(mgr); err != nil {
-		t.Fatal(err) // the access is there now
+	// The host's controllers: its Pods and ConfigMaps.
+	seen := &seenNames{names: map[string]bool{}}
+	for _, obj := range []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}} {
+		if err := hostController(mgr, sa, obj, seen); err != nil {
+			t.Fatal(err)
+		}
 	}
-	f.cause()
-	counter := metrics.For(f.instance).Errors(f.reason)
-	before := testutil.ToFloat64(counter)
-
+	if err := d.SetupWithManager(mgr); err != nil {
+		t.Fatal(err)
+	}
 	runCtx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	store := peers.NewMemoryPeerStore()
-	wg.Go(func() { _ = mgr.Start(runCtx) })
+	wg.Go(func() {
+		if err := mgr.Start(runCtx); err != nil {
+			t.Errorf("host manager: %v", err)
+		}
+	})
 	wg.Go(func() {
 		if err := d.Start(runCtx, store); err != nil {
 			t.Errorf("Start: %v", err)
@@ -354,38 +131,73 @@ func (f hostCacheFault) run(t *testing.T) {
 		cancel()
 		wg.Wait()
 		if t.Failed() {
-			t.Logf("logs:\n%s", logs.String())
+			t.Logf("peer discovery logs:\n%s", logs.String())
 		}
 	}()
-	start := time.Now()
-	// The stale signal's bound: a check every 4 s (±20%) with a 2.5 s timeout.
-	eventually(t, 10*time.Second, func() string {
-		if msg := f.says(d.Status().LastError()); msg != "" {
-			return msg
+
+	// Without the endpointslices Role: the host works, the peer part says why not.
+	eventually(t, 30*time.Second, func() string {
+		if !seen.has("host-config") || !seen.has("model-server-0") {
+			return "the host's controllers have not seen their ConfigMap and Pod"
 		}
-		if testutil.ToFloat64(counter) <= before {
-			return fmt.Sprintf(`errors_total{reason=%q} did not move`, f.reason)
+		if err := d.Status().LastError(); err == nil || !strings.Contains(err.Error(), "endpointslices") || !strings.Contains(err.Error(), "forbidden") {
+			return fmt.Sprintf("peer discovery without its Role reports %v, want the missing endpointslices permission", err)
 		}
 		return ""
 	})
-	t.Logf("reported %s after the start (%s): %v", time.Since(start).Round(time.Millisecond), f.fault, d.Status().LastError())
 	select {
 	case <-d.Ready():
-		t.Fatal("ready although the slice informer cannot list")
+		t.Fatal("ready without the endpointslices Role")
 	default:
 	}
-	f.mend()
+	var cms corev1.ConfigMapList
+	if err := mgr.GetClient().List(ctx, &cms, client.InNamespace(ns)); err != nil || len(cms.Items) == 0 {
+		t.Fatalf("the host's own read failed while peer discovery lacks its Role: %v", err)
+	}
+	// Grant the peer Role: ready and peers, no restart.
+	granted := time.Now()
+	bind(t, ns, sa+"-peers", "epp-peer-discovery", sa)
 	select {
 	case <-d.Ready():
+		t.Logf("ready %s after the RoleBinding", time.Since(granted).Round(time.Millisecond))
 	case <-time.After(60 * time.Second):
-		t.Fatalf("not ready 60 s after it was mended (%s)", f.fault)
+		t.Fatal("not ready 60s after the endpointslices RoleBinding was created")
 	}
-	if got := peerIDs(store.Peers()); strings.Join(got, ",") != f.ns+"/epp-1@10.0.0.2:9005" {
-		t.Fatalf("peers once mended: %v", got)
+	// Ready means the host's notifier holds the initial set.
+	if got := peerIDs(store.Peers()); strings.Join(got, ",") != ns+"/epp-1@10.0.0.2:9005,"+ns+"/epp-2@10.0.0.3:9005" {
+		t.Fatalf("peers right after Ready: %v", got)
 	}
-	if err := d.Status().LastError(); err != nil {
-		t.Fatalf("an error remains once synced: %v", err)
+
+	// The discovery holds only the Service's slice, among 1,000 others.
+	if names := d.Slices(); strings.Join(names, ",") != ns+"/epp-a" {
+		t.Fatalf("the discovery holds %d slices %v, want only %s/epp-a", len(names), names, ns)
 	}
+
+	// The host's controllers and reads keep working.
+	eventually(t, 10*time.Second, func() string {
+		if !seen.has("host-config") || !seen.has("model-server-0") {
+			return "the host's controllers have not seen their ConfigMap and Pod"
+		}
+		return ""
+	})
+	if err := mgr.GetClient().Get(ctx, client.ObjectKey{Namespace: ns, Name: "host-config"}, &corev1.ConfigMap{}); err != nil {
+		t.Fatalf("host read of its ConfigMap: %v", err)
+	}
+	var pods corev1.PodList
+	if err := mgr.GetClient().List(ctx, &pods, client.InNamespace(ns), client.MatchingLabels{"app": "vllm"}); err != nil || len(pods.Items) != 1 {
+		t.Fatalf("host read of its Pods: %d, %v", len(pods.Items), err)
+	}
+
+	// And the peers follow changes.
+	if err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "epp-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, func() string {
+		if n := len(store.Peers()); n != 0 {
+			return fmt.Sprintf("%d peers after the slice was deleted", n)
+		}
+		return ""
+	})
 }
 
 // hostController registers a host controller for obj that notes what it reconciled.

@@ -2,9 +2,7 @@ package integration_test
 
 import (
 	"context"
-	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,7 +17,6 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/faultproxy"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 )
 
@@ -115,34 +112,4 @@ func labelOf(m *dto.Metric, name string) string {
 		}
 	}
 	return ""
-}
-
-// TestHostCacheSaysWhyTheAPIServerCannotBeListed: on the host's cache, an API server
-// that refuses connections (not a missing Role) from the start leaves the host's
-// slice informer unsynced. The replica is not ready and says why: the cause in
-// LastError and errors_total{reason="list"}, within the stale signal's bounds; once
-// the server answers again, it becomes ready with the peers, and the error clears.
-func TestHostCacheSaysWhyTheAPIServerCannotBeListed(t *testing.T) {
-	ns, err := env.CreateNamespace(context.Background(), "hostlist", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	proxy, through := faultproxy.Through(t, env.Config)
-	set := func(m faultproxy.Mode) {
-		if err := proxy.Set(m, ""); err != nil {
-			t.Fatal(err)
-		}
-	}
-	hostCacheFault{
-		ns: ns, cfg: through, instance: "host-list-" + ns, reason: metrics.ReasonList, fault: "the API server refused connections",
-		// The API server becomes unreachable before the host starts.
-		cause: func() { set(faultproxy.Refuse) },
-		mend:  func() { set(faultproxy.Pass) },
-		says: func(err error) string {
-			if err == nil || !strings.Contains(err.Error(), "refused") || !strings.Contains(err.Error(), ns) {
-				return fmt.Sprintf("not ready on a cache whose API server refuses connections, the replica reports %v; want the refused list named with its namespace", err)
-			}
-			return ""
-		},
-	}.run(t)
 }

@@ -24,7 +24,6 @@ import (
 const (
 	ReasonForbidden = "forbidden" // missing RBAC for endpointslices
 	ReasonWatch     = "watch"     // a list or watch of the slices failed
-	ReasonList      = "list"      // a check list of the slices failed (host-cache mode, before the cache synced)
 	ReasonParse     = "parse"     // a peers file failed to parse or validate
 	ReasonRead      = "read"      // a peers file could not be read
 	ReasonSnapshot  = "snapshot"  // the snapshot file could not be written
@@ -54,7 +53,7 @@ var (
 	}, []string{Label})
 	errorsTotal = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_discovery_errors_total",
-		Help: "Peer discovery errors by reason (forbidden, watch, list, parse, read, lookup, snapshot, and the API server check causes refused, reset, timeout, tls, server-error, unauthorized, other).",
+		Help: "Peer discovery errors by reason (forbidden, watch, parse, read, lookup, snapshot, and the API server check causes refused, reset, timeout, tls, server-error, unauthorized, other).",
 	}, []string{Label, "reason"})
 	synced = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "epp_peer_discovery_synced",
