@@ -8,6 +8,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 
@@ -25,8 +26,14 @@ type PeerDiscovery struct {
 }
 
 // NewPeerDiscovery builds a source with build, giving it a Publisher (for the source
-// named source, with opts) that feeds the PeerDiscovery's own store.
+// named source, with opts) that feeds the PeerDiscovery's own store. Without
+// opts.Instance, the discovery's metrics are labelled with a name no other
+// discovery of the process has: the source's name for the first one, then
+// "<source>-2", "<source>-3", ... (metrics.NewInstance).
 func NewPeerDiscovery(source string, log logr.Logger, opts PublisherOptions, build func(*Publisher) (Source, error)) (*PeerDiscovery, error) {
+	if opts.Instance == "" {
+		opts.Instance = metrics.NewInstance(source)
+	}
 	store := peers.NewMemoryPeerStore()
 	pub := NewPublisher(source, store, log, opts)
 	src, err := build(pub)

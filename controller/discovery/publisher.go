@@ -59,7 +59,8 @@ type staleness struct {
 // PublisherOptions are the optional settings of a Publisher.
 type PublisherOptions struct {
 	// Instance names the discovery in its metrics (label discovery) and logs; the
-	// source's name by default. Two discoveries in one process need two names.
+	// source's name by default (NewPeerDiscovery's default is a name of its own).
+	// Two discoveries in one process need two names.
 	Instance string
 	// Self is this replica: left out of every published set and change, whatever
 	// the source.

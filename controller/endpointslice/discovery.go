@@ -25,8 +25,9 @@ type Discovery struct {
 }
 
 // New returns EndpointSlice discovery for cfg (see Settings.Config to build and
-// validate one). Its metrics carry the label discovery=opts.Instance
-// ("endpointslice" by default).
+// validate one). Its metrics carry the label discovery=opts.Instance; without one,
+// a name no other discovery of the process has ("endpointslice" for the first one,
+// then "endpointslice-2", ...).
 func New(cfg peerset.Config, log logr.Logger, opts Options) *Discovery {
 	d := &Discovery{}
 	build := func(pub *discovery.Publisher) (discovery.Source, error) {

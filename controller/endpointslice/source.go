@@ -26,7 +26,8 @@ import (
 // Options tune the source. The zero value is the default.
 type Options struct {
 	// Instance names the discovery in its metrics (Discovery only; the binary's
-	// source is named after the source).
+	// source is named after the source). Without it, New gives the discovery a
+	// name of its own.
 	Instance string
 	// RESTConfig reaches the API server. Without it, Run loads one with
 	// kubeconfig.Load (in-cluster, or a kubeconfig); SetupWithManager takes the

@@ -21,10 +21,11 @@ import (
 )
 
 // TestTwoDiscoveriesKeepTheirMetricsApart: two EndpointSlice discoveries in one
-// process (two plugin instances in one EPP), on two Services of different sizes,
-// each with its own instance name. What the process's /metrics registry serves for
-// each is its own: peers, upserts and the recompute histogram, which has samples of
-// the initial list as soon as the discovery is ready (no slice changed since).
+// process (two plugin instances in one EPP, or two Go callers), on two Services of
+// different sizes, each with its own instance name, and then each without one. What
+// the process's /metrics registry serves for each is its own: peers, upserts and the
+// recompute histogram, which has samples of the initial list as soon as the
+// discovery is ready (no slice changed since).
 func TestTwoDiscoveriesKeepTheirMetricsApart(t *testing.T) {
 	ctx := context.Background()
 	ns, err := env.CreateNamespace(ctx, "twometrics", nil)
@@ -44,43 +45,61 @@ func TestTwoDiscoveriesKeepTheirMetricsApart(t *testing.T) {
 		}
 	}
 	// Instance names unique to this run: the registry is the process's.
-	alpha, beta := "alpha-"+ns, "beta-"+ns
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	for _, d := range []struct{ svc, instance string }{{"alpha", alpha}, {"beta", beta}} {
-		cfg, err := endpointslice.Settings{Service: d.svc, Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		disc := endpointslice.New(cfg, logr.Discard(), endpointslice.Options{Instance: d.instance, RESTConfig: env.Config})
-		store := peers.NewMemoryPeerStore()
-		wg.Go(func() {
-			if err := disc.Start(runCtx, store); err != nil {
-				t.Errorf("%s: Start: %v", d.instance, err)
+	for _, named := range []bool{true, false} {
+		t.Run(map[bool]string{true: "named", false: "unnamed"}[named], func(t *testing.T) {
+			runCtx, cancel := context.WithCancel(ctx)
+			var wg sync.WaitGroup
+			defer func() { cancel(); wg.Wait() }()
+			want := map[string]float64{}
+			for _, d := range []struct {
+				svc   string
+				peers float64
+			}{{"alpha", 2}, {"beta", 1}} {
+				cfg, err := endpointslice.Settings{Service: d.svc, Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				opts := endpointslice.Options{RESTConfig: env.Config}
+				if named {
+					opts.Instance = d.svc + "-" + ns
+				}
+				disc := endpointslice.New(cfg, logr.Discard(), opts)
+				instance := disc.Publisher().Metrics().Instance()
+				if _, dup := want[instance]; dup {
+					t.Fatalf("two discoveries labelled discovery=%q", instance)
+				}
+				want[instance] = d.peers
+				store := peers.NewMemoryPeerStore()
+				wg.Go(func() {
+					if err := disc.Start(runCtx, store); err != nil {
+						t.Errorf("%s: Start: %v", instance, err)
+					}
+				})
+				select {
+				case <-disc.Ready():
+				case <-time.After(30 * time.Second):
+					t.Fatalf("%s not ready within 30 s", instance)
+				}
+				// Right at Ready, before any event: the initial list was timed.
+				if n := gatheredHistogramCount(t, "epp_peer_discovery_recompute_duration_seconds", instance); n == 0 {
+					t.Errorf("%s: ready with no recompute observed: the initial list is not timed", instance)
+				}
+			}
+			for instance, want := range want {
+				m := metrics.For(instance)
+				if got := testutil.ToFloat64(m.Peers); got != want {
+					t.Errorf("epp_peer_discovery_peers{discovery=%q} = %v, want %v", instance, got, want)
+				}
+				// An unnamed discovery's name may have served another test of the
+				// process before: its counters are not this test's alone.
+				if got := testutil.ToFloat64(m.Upserts); named && got != want {
+					t.Errorf("epp_peer_discovery_peer_upserts_total{discovery=%q} = %v, want %v", instance, got, want)
+				}
+				if got := testutil.ToFloat64(m.Synced); got != 1 {
+					t.Errorf("epp_peer_discovery_synced{discovery=%q} = %v, want 1", instance, got)
+				}
 			}
 		})
-		select {
-		case <-disc.Ready():
-		case <-time.After(30 * time.Second):
-			t.Fatalf("%s not ready within 30 s", d.instance)
-		}
-		// Right at Ready, before any event: the initial list was timed.
-		if n := gatheredHistogramCount(t, "epp_peer_discovery_recompute_duration_seconds", d.instance); n == 0 {
-			t.Errorf("%s: ready with no recompute observed: the initial list is not timed", d.instance)
-		}
-	}
-	for instance, want := range map[string]float64{alpha: 2, beta: 1} {
-		m := metrics.For(instance)
-		if got := testutil.ToFloat64(m.Peers); got != want {
-			t.Errorf("epp_peer_discovery_peers{discovery=%q} = %v, want %v", instance, got, want)
-		}
-		if got := testutil.ToFloat64(m.Upserts); got != want {
-			t.Errorf("epp_peer_discovery_peer_upserts_total{discovery=%q} = %v, want %v", instance, got, want)
-		}
-		if got := testutil.ToFloat64(m.Synced); got != 1 {
-			t.Errorf("epp_peer_discovery_synced{discovery=%q} = %v, want 1", instance, got)
-		}
 	}
 }
 

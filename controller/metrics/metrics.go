@@ -9,6 +9,8 @@
 package metrics
 
 import (
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -153,6 +155,25 @@ func For(instance string, reasons ...string) *Discovery {
 		d.Errors(r)
 	}
 	return d
+}
+
+var (
+	instancesMu sync.Mutex
+	instances   = map[string]bool{}
+)
+
+// NewInstance returns an instance name that NewInstance never returned before in
+// this process: base the first time, then base-2, base-3, ... For discoveries that
+// were given no name of their own, so that two of them never share series.
+func NewInstance(base string) string {
+	instancesMu.Lock()
+	defer instancesMu.Unlock()
+	name := base
+	for n := 2; instances[name]; n++ {
+		name = base + "-" + strconv.Itoa(n)
+	}
+	instances[name] = true
+	return name
 }
 
 // Reset sets the gauges of a discovery that starts: not synced, no peers, not stale.
