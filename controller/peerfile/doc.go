@@ -9,8 +9,8 @@
 // validate leaves the last good set in place, is logged with the file, entry and
 // field at fault, and is counted in epp_peer_discovery_errors_total.
 //
-// Watch notices writes, creates, atomic renames and the symlink swap of a Kubernetes
-// ConfigMap volume (the "..data" link) through fsnotify on the file's folder, and
-// re-reads the file on a short interval as well, so that no change is missed even
-// when events are lost or the folder itself is replaced.
+// Source.Run notices writes, creates, atomic renames and the symlink swap of a
+// Kubernetes ConfigMap volume (the "..data" link) through fsnotify on the file's
+// folder, and re-reads the file every PollInterval (2 s by default) as well, so that
+// no change is missed even when events are lost or the folder itself is replaced.
 package peerfile
