@@ -39,19 +39,14 @@ type App struct {
 	peerSync net.Listener // nil without --peer-sync-bind-address
 }
 
-// New is NewWithSources with DefaultSources.
-func New(opts Options, restConfig *rest.Config, log logr.Logger) (*App, error) {
-	return NewWithSources(opts, restConfig, log, DefaultSources())
-}
-
-// NewWithSources builds the peer source that opts.PeerSource names in sources (the
-// one place where the binary starts a source), and binds the two listeners.
-// restConfig may be nil: it is then loaded as described in kubeconfig.Load, and only
-// when the source needs Kubernetes.
-func NewWithSources(opts Options, restConfig *rest.Config, log logr.Logger, sources Sources) (a *App, err error) {
+// New builds the peer source that opts.Source configured (the one place where the
+// binary starts a source), and binds the listeners. restConfig may be nil: it is
+// then loaded as described in kubeconfig.Load, and only for a source that talks
+// to Kubernetes (SourceSpec.Permissions).
+func New(opts Options, restConfig *rest.Config, log logr.Logger) (a *App, err error) {
 	a = &App{opts: opts, log: log, Store: peers.NewMemoryPeerStore(), view: debugpeers.Disabled()}
 	if opts.EnablePeerDiscovery {
-		if err := a.buildSource(restConfig, sources); err != nil {
+		if err := a.buildSource(restConfig); err != nil {
 			return nil, err
 		}
 	}
@@ -72,24 +67,30 @@ func NewWithSources(opts Options, restConfig *rest.Config, log logr.Logger, sour
 	return a, nil
 }
 
-func (a *App) buildSource(restConfig *rest.Config, sources Sources) error {
-	name := a.opts.PeerSource
-	spec, ok := sources.lookup(name)
-	if a.opts.spec != nil && a.opts.spec.Name == name {
-		spec, ok = *a.opts.spec, true // the one whose own flags were parsed
+func (a *App) buildSource(restConfig *rest.Config) error {
+	c := a.opts.Source
+	if c == nil || c.Spec.Name != a.opts.PeerSource {
+		return fmt.Errorf("peer source %q is not configured: build the options with Parse", a.opts.PeerSource)
 	}
-	if !ok {
-		return fmt.Errorf("peer source %q is not registered", name)
+	name := c.Spec.Name
+	var config *rest.Config
+	if len(c.Spec.Permissions) > 0 { // loaded now, so that a missing one stops the start with one line
+		var err error
+		if restConfig != nil {
+			config = kubeconfig.WithClientLimits(restConfig)
+		} else if config, err = kubeconfig.Load(a.opts.Kubeconfig); err != nil {
+			return fmt.Errorf("peer source %s: %w", name, err)
+		}
 	}
 	loadConfig := func() (*rest.Config, error) {
-		if restConfig != nil {
-			return kubeconfig.WithClientLimits(restConfig), nil
+		if config == nil {
+			return nil, fmt.Errorf("peer source %s declares no permissions, so no Kubernetes client configuration was loaded", name)
 		}
-		return kubeconfig.Load(a.opts.Kubeconfig)
+		return config, nil
 	}
 	log := a.log.WithName(name)
-	a.pub = discovery.NewPublisher(name, a.Store, log, discovery.PublisherOptions{Self: a.opts.Self, Reasons: spec.Reasons})
-	src, err := spec.New(discovery.Deps{Settings: a.opts.Settings(), Publisher: a.pub, RESTConfig: loadConfig, Log: log})
+	a.pub = discovery.NewPublisher(name, a.Store, log, discovery.PublisherOptions{Self: a.opts.Self, Reasons: c.Spec.Reasons})
+	src, err := c.New(a.pub, loadConfig, log)
 	if err != nil {
 		return fmt.Errorf("peer source %s: %w", name, err)
 	}
@@ -161,6 +162,9 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	kv := []any{"peerDiscovery", a.opts.EnablePeerDiscovery, "source", a.opts.PeerSource,
 		"self", a.opts.Self.Name, "metrics", a.MetricsAddr(), "probes", a.ProbeAddr()}
+	if a.opts.Source != nil {
+		kv = append(kv, "settings", a.opts.Source.Summary())
+	}
 	if a.prober != nil {
 		kv = append(kv, "probeInterval", a.opts.ProbeInterval.String())
 	}

@@ -12,15 +12,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 )
 
 // Defaults of the flags.
 const (
-	DefaultPeerPortName = endpointslice.DefaultPortName
-	DefaultPeerPort     = endpointslice.DefaultPort
+	DefaultPeerPortName = discovery.DefaultPortName
+	DefaultPeerPort     = discovery.DefaultPort
 	DefaultMetricsAddr  = ":9090"
 	DefaultProbeAddr    = ":8081"
 )
@@ -28,14 +27,13 @@ const (
 // Options are the binary's settings after flag and environment parsing.
 type Options struct {
 	EnablePeerDiscovery bool
-	PeerPortName        string
-	PeerPort            int
-	PeerMembership      peers.Membership
 	SnapshotFile        string
-	PoolNamespace       string
-	Kubeconfig          string
-	MetricsAddr         string
-	ProbeAddr           string
+	// PoolNamespace is the namespace of the peers (--pool-namespace, else env
+	// NAMESPACE, else POD_NAMESPACE).
+	PoolNamespace string
+	Kubeconfig    string
+	MetricsAddr   string
+	ProbeAddr     string
 	// ProbeInterval turns reachability probing on (> 0): every peer's peer-sync port
 	// is connected to about this often (--epp-peer-probe-interval, default from
 	// EPP_PEER_PROBE_INTERVAL).
@@ -48,10 +46,9 @@ type Options struct {
 	// flag was set (--epp-peer-service: "endpointslice", --epp-peer-file: "file");
 	// "" with peer discovery off.
 	PeerSource string
-	// SourceArg is the value of that flag: the Service, the peers file.
-	SourceArg string
-	// spec is the source's spec as parsed, holding the values of its own flags.
-	spec *discovery.SourceSpec
+	// Source is that source with its settings read and checked (nil with peer
+	// discovery off).
+	Source *discovery.Configured
 
 	// Self is the replica's own identity, from POD_NAME (else the host name),
 	// POD_IP and POD_IPS, in the pool namespace.
@@ -79,33 +76,19 @@ func Parse(args []string, getenv func(string) string, stderr io.Writer) (Options
 	return ParseSources(args, getenv, stderr, DefaultSources())
 }
 
-// ParseSources reads flags from args, with one flag per source of sources, and the
-// downward-API environment through getenv (NAMESPACE, POD_NAMESPACE, POD_NAME,
-// POD_IP, POD_IPS, and HOSTNAME for the host name, which is the Pod's name in
-// Kubernetes). It validates everything before any network call. Warnings (flags that
-// have no effect) are written to stderr; usage goes to stderr on -h.
+// ParseSources reads flags from args, the flags of every source of sources
+// included, and the environment through getenv: the variables the sources'
+// settings fall back to, and the downward API (POD_NAME, POD_IP, POD_IPS, and
+// HOSTNAME for the host name, which is the Pod's name in Kubernetes). It validates
+// everything before any network call. Warnings (flags that have no effect) are
+// written to stderr; usage goes to stderr on -h.
 func ParseSources(args []string, getenv func(string) string, stderr io.Writer, sources Sources) (Options, error) {
 	var o Options
-	var membership string
 	fs := flag.NewFlagSet("epp", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors are reported in one line by the caller
 	fs.BoolVar(&o.EnablePeerDiscovery, "enable-peer-discovery", false, "Turn peer discovery on. Off: no watch, no extra RBAC needed.")
-	sourceArgs := make([]string, len(sources))
-	for i, s := range sources {
-		fs.StringVar(&sourceArgs[i], s.Flag, "", s.Usage)
-		if s.Flags != nil {
-			s.Flags(fs)
-		}
-	}
-	fs.StringVar(&o.PeerPortName, "epp-peer-port-name", DefaultPeerPortName, "Service port name whose port is each peer's port.")
-	fs.IntVar(&o.PeerPort, "epp-peer-port", DefaultPeerPort, "Port used when a slice has no port of that name.")
-	membershipDefault := string(peers.MembershipReady)
-	if v := getenv(MembershipEnv); v != "" {
-		membershipDefault = v
-	}
-	fs.StringVar(&membership, "epp-peer-membership", membershipDefault, `Which endpoints are peers: "ready" (ready, not terminating) or "alive" (also not ready, e.g. leader-election standbys); default from env `+MembershipEnv+`, else "ready".`)
+	sourceFlags := discovery.AddFlags(fs, getenv, sources)
 	fs.StringVar(&o.SnapshotFile, "epp-peer-snapshot-file", "", "After every change, atomically write the /debug/peers document here.")
-	fs.StringVar(&o.PoolNamespace, "pool-namespace", endpointslice.NamespaceFromEnv(getenv), "Namespace of the Service and its slices (default: env NAMESPACE, else POD_NAMESPACE).")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, then in-cluster, then ~/.kube/config).")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address serving /metrics and /debug/peers (plain HTTP).")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address serving /healthz and /readyz.")
@@ -135,12 +118,12 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	if o.Zap.Development && !flagSet(fs, "zap-stacktrace-level") {
 		o.Zap.StacktraceLevel = nil // development mode's default (warnings)
 	}
-	return o, o.complete(membership, sources, sourceArgs, getenv, stderr)
+	return o, o.complete(sourceFlags, getenv, stderr)
 }
 
 // MembershipEnv is the environment variable that sets the default of
 // --epp-peer-membership (what a kustomize component can add to a sidecar without
-// rewriting its args).
+// rewriting its args): discovery.MembershipSetting's.
 const MembershipEnv = "EPP_PEER_MEMBERSHIP"
 
 // ProbeIntervalEnv is the environment variable that sets the default of
@@ -169,76 +152,53 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
-// complete validates the options and fills in the source, Self and the source's
-// configuration.
-func (o *Options) complete(membership string, sources Sources, sourceArgs []string, getenv func(string) string, stderr io.Writer) error {
-	names := endpointslice.FlagNames
-	if err := endpointslice.ValidatePort(names, o.PeerPort); err != nil {
+// complete validates the options and configures the source whose flag was set.
+func (o *Options) complete(sources *discovery.Flags, getenv func(string) string, stderr io.Writer) error {
+	if err := sources.Check(); err != nil {
 		return usageError(err)
 	}
-	if err := endpointslice.ValidatePortName(names, o.PeerPortName); err != nil {
-		return usageError(err)
-	}
-	m, err := endpointslice.ValidateMembership(names, membership)
+	ns, err := sources.Namespace()
 	if err != nil {
 		return usageError(err)
 	}
-	o.PeerMembership = m
+	o.PoolNamespace = ns
 	if o.ProbeInterval < 0 || (o.ProbeInterval > 0 && o.ProbeInterval < MinProbeInterval) {
 		return usageErrorf("--epp-peer-probe-interval=%v: want 0 (off) or at least %v", o.ProbeInterval, MinProbeInterval)
 	}
-	var set []int
-	for i, v := range sourceArgs {
-		if v != "" {
-			set = append(set, i)
-		}
-	}
+	selected, values := sources.Selected()
 	if !o.EnablePeerDiscovery {
-		for _, i := range set {
-			fmt.Fprintf(stderr, "epp: warning: --%s=%s has no effect without --enable-peer-discovery\n", sources[i].Flag, sourceArgs[i])
+		for i, s := range selected {
+			fmt.Fprintf(stderr, "epp: warning: --%s=%s has no effect without --enable-peer-discovery\n", s.Select.Flag, values[i])
 		}
 		if o.ProbeInterval > 0 {
 			fmt.Fprintf(stderr, "epp: warning: --epp-peer-probe-interval=%v has no effect without --enable-peer-discovery\n", o.ProbeInterval)
 		}
 		return nil
 	}
-	switch len(set) {
+	switch len(selected) {
 	case 0:
 		var alts []string
-		for _, s := range sources {
-			alts = append(alts, "--"+s.Flag+"="+s.Placeholder)
+		for _, s := range sources.Specs() {
+			alts = append(alts, "--"+s.Select.Flag+"="+s.Placeholder)
 		}
 		return usageErrorf("--enable-peer-discovery needs a peer source: set %s", strings.Join(alts, " or "))
 	case 1:
 	default:
 		var flags []string
-		for _, i := range set {
-			flags = append(flags, "--"+sources[i].Flag)
+		for _, s := range selected {
+			flags = append(flags, "--"+s.Select.Flag)
 		}
 		return usageErrorf("%s are mutually exclusive: set only one peer source", strings.Join(flags, " and "))
 	}
-	spec := sources[set[0]]
-	o.PeerSource, o.SourceArg, o.spec = spec.Name, sourceArgs[set[0]], &spec
-	selfNS := o.PoolNamespace
-	if selfNS == "" {
-		selfNS = "default" // what a peers file's entries without a namespace get
-	}
+	spec := selected[0]
 	hostname := func() (string, error) { return getenv("HOSTNAME"), nil }
-	if o.Self, err = peers.SelfFromEnv(selfNS, getenv, hostname); err != nil {
+	c, err := sources.Configure(spec, hostname)
+	if err != nil {
 		return usageError(err)
 	}
-	if spec.Complete != nil {
-		settings := o.Settings()
-		if err := spec.Complete(&settings); err != nil {
-			return usageError(err)
-		}
-		o.Self = settings.Self
+	o.PeerSource, o.Source, o.Self = spec.Name, c, c.Self
+	for _, f := range sources.Unused(spec) {
+		fmt.Fprintf(stderr, "epp: warning: %s has no effect with --%s\n", f, spec.Select.Flag)
 	}
 	return nil
-}
-
-// Settings are the settings every source is given.
-func (o *Options) Settings() discovery.Settings {
-	return discovery.Settings{Arg: o.SourceArg, Namespace: o.PoolNamespace, PortName: o.PeerPortName, Port: o.PeerPort,
-		Membership: o.PeerMembership, Self: o.Self}
 }

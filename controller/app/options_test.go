@@ -188,14 +188,23 @@ func TestParse(t *testing.T) {
 			if wantMember == "" {
 				wantMember = peers.MembershipReady
 			}
-			if o.PeerMembership != wantMember {
-				t.Errorf("membership %q, want %q", o.PeerMembership, wantMember)
-			}
-			if st := o.Settings(); st.Membership != wantMember || st.Self.Name != tc.wantSelf.Name || st.Namespace != tc.wantNS || st.Arg != o.SourceArg {
-				t.Errorf("the sources' settings %+v do not follow the options", st)
-			}
-			if o.PeerPortName != "peer-sync" || o.PeerPort != 9005 || o.MetricsAddr != ":9090" || o.ProbeAddr != ":8081" {
+			if o.MetricsAddr != ":9090" || o.ProbeAddr != ":8081" {
 				t.Errorf("defaults changed: %+v", o)
+			}
+			if tc.wantSource == "" {
+				if o.Source != nil {
+					t.Errorf("a source is configured with peer discovery off: %v", o.Source.Summary())
+				}
+				return
+			}
+			if o.Source == nil || o.Source.Spec.Name != tc.wantSource || o.Source.Self.Name != tc.wantSelf.Name || o.Source.Namespace != tc.wantNS {
+				t.Fatalf("the configured source does not follow the options: %+v", o.Source)
+			}
+			if got := o.Source.Value("membership"); got != string(wantMember) {
+				t.Errorf("membership %q, want %q", got, wantMember)
+			}
+			if got := o.Source.Value("port"); got != "9005" {
+				t.Errorf("port %q, want the default 9005", got)
 			}
 		})
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/go-logr/logr"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
@@ -31,11 +30,8 @@ func TestANewSourceIsOnePackageAndOneLine(t *testing.T) {
 		{Namespace: "ns", Name: "epp-1", Address: "10.0.0.2", Port: 9005, Ready: true, Serving: true},
 		{Namespace: "ns", Name: "epp-2", Address: "fd00::3", Port: 7000, Ready: true, Serving: true},
 	}
-	// The one registration line: a flag, and how to build the source.
-	sources := append(app.DefaultSources(), discovery.SourceSpec{Name: "static", Flag: "epp-peer-static", Placeholder: "<anything>",
-		New: func(d discovery.Deps) (discovery.Source, error) {
-			return staticsource.New(list, d.Publisher), nil
-		}})
+	// The one registration line: its spec (a flag, and how to build the source).
+	sources := append(app.DefaultSources(), staticsource.Spec(list))
 
 	snap := filepath.Join(t.TempDir(), "peers.json")
 	opts, err := app.ParseSources([]string{"--metrics-bind-address=127.0.0.1:0", "--health-probe-bind-address=127.0.0.1:0",
@@ -44,7 +40,7 @@ func TestANewSourceIsOnePackageAndOneLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.NewWithSources(opts, nil, logr.Discard(), sources)
+	a, err := app.New(opts, nil, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +146,7 @@ func TestDNSSourceInTheBinary(t *testing.T) {
 // TestARegisteredSourceTakesPartInTheFlagChecks: its flag is refused with another
 // source's, and named when no source is set.
 func TestARegisteredSourceTakesPartInTheFlagChecks(t *testing.T) {
-	sources := append(app.DefaultSources(), discovery.SourceSpec{Name: "static", Flag: "epp-peer-static", Placeholder: "<anything>"})
+	sources := append(app.DefaultSources(), staticsource.Spec(nil))
 	_, err := app.ParseSources([]string{"--enable-peer-discovery"}, env("POD_NAME", "epp-0"), io.Discard, sources)
 	if err == nil || !strings.Contains(err.Error(), "--epp-peer-static=<anything>") || !strings.Contains(err.Error(), "--epp-peer-file=<path>") {
 		t.Fatalf("no source set: %v", err)

@@ -28,7 +28,12 @@ func TestUnnamedDiscoveriesKeepTheirMetricsApart(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- d.Start(ctx, peers.NewMemoryPeerStore()) }()
-		t.Cleanup(func() { cancel(); <-done })
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Start: %v", err)
+			}
+		})
 		select {
 		case <-d.Ready():
 		case <-time.After(10 * time.Second):

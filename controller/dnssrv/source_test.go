@@ -2,6 +2,7 @@ package dnssrv_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -198,9 +199,19 @@ func TestValidateName(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "epp.ns.svc", "peer-sync._tcp.epp.ns.svc", "_peer-sync.tcp.epp.ns.svc", "_peer-sync._tcp.Epp_1.ns", "_peer-sync._tcp"} {
+		// Why, and the form wanted; the caller names the setting (a flag, a parameter).
 		err := dnssrv.ValidateName(bad)
-		if err == nil || !strings.Contains(err.Error(), "--epp-peer-dns=") {
-			t.Errorf("ValidateName(%q) = %v, want an error naming --epp-peer-dns", bad, err)
+		if err == nil || !strings.Contains(err.Error(), "_<port name>._tcp") || strings.Contains(err.Error(), "--epp-peer-dns") {
+			t.Errorf("ValidateName(%q) = %v, want the form wanted, naming no flag", bad, err)
 		}
+	}
+	// Named as the user set it: the flag in the binary, the parameter in a plugin.
+	params := map[string]json.RawMessage{"name": json.RawMessage(`"epp.ns.svc"`)}
+	if _, err := discovery.ConfigureParams(dnssrv.Spec(), params, nil, nil); err == nil || !strings.HasPrefix(err.Error(), `invalid name="epp.ns.svc": `) {
+		t.Errorf("a bad name parameter: %v", err)
+	}
+	params = map[string]json.RawMessage{"service": json.RawMessage(`"Epp_1"`)}
+	if _, err := discovery.ConfigureParams(dnssrv.Spec(), params, nil, nil); err == nil || !strings.HasPrefix(err.Error(), `invalid service="Epp_1": `) {
+		t.Errorf("a bad service parameter: %v", err)
 	}
 }

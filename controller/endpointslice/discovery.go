@@ -1,9 +1,6 @@
 package endpointslice
 
 import (
-	"encoding/json"
-	"os"
-
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
@@ -41,17 +38,6 @@ func New(cfg peerset.Config, log logr.Logger, opts Options) *Discovery {
 	}
 	d.PeerDiscovery = pd
 	return d
-}
-
-// NewFromJSON builds Discovery from plugin parameters (see ConfigFromJSON), with
-// the replica's identity from the environment. Errors are one line naming the
-// parameter, worded as the epp binary's flag errors are.
-func NewFromJSON(params *json.Decoder, log logr.Logger, opts Options) (*Discovery, error) {
-	cfg, err := ConfigFromJSON(params, os.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	return New(cfg, log, opts), nil
 }
 
 // SetupWithManager joins the program's manager (see Source.SetupWithManager).

@@ -12,14 +12,14 @@ import (
 // A Go program adds peer discovery with Start alone: the discovery loads the client
 // configuration itself ($KUBECONFIG, else in-cluster) and runs a reflector of its
 // own scoped to the Service's slices, so the namespaced endpointslices Role is all
-// it needs. Build it from settings (or JSON plugin parameters with NewFromJSON).
+// it needs. Build it from settings (or from plugin parameters, with discovery.ConfigureParams and Spec).
 func ExampleDiscovery() {
 	ctx := ctrl.SetupSignalHandler()
 	self, err := peers.SelfFromEnv(os.Getenv("NAMESPACE"), os.Getenv, os.Hostname)
 	if err != nil {
 		panic(err)
 	}
-	cfg, err := endpointslice.Settings{Service: "epp", Namespace: os.Getenv("NAMESPACE")}.Config(endpointslice.ParamNames, self)
+	cfg, err := endpointslice.Settings{Service: "epp", Namespace: os.Getenv("NAMESPACE")}.Config(self)
 	if err != nil {
 		panic(err) // one line naming the setting at fault
 	}
@@ -39,7 +39,7 @@ func ExampleDiscovery_SetupWithManager() {
 	if err != nil {
 		panic(err)
 	}
-	cfg, err := endpointslice.Settings{Service: "epp", Namespace: os.Getenv("NAMESPACE")}.Config(endpointslice.ParamNames, self)
+	cfg, err := endpointslice.Settings{Service: "epp", Namespace: os.Getenv("NAMESPACE")}.Config(self)
 	if err != nil {
 		panic(err)
 	}

@@ -33,6 +33,9 @@ type Options struct {
 	// kubeconfig.Load (in-cluster, or a kubeconfig); SetupWithManager takes the
 	// manager's.
 	RESTConfig *rest.Config
+	// loadConfig, if set, loads the configuration instead of kubeconfig.Load (the
+	// program's loader, from discovery.Deps).
+	loadConfig func() (*rest.Config, error)
 	// ProbeInterval is how often a synced source checks the API server (jittered by
 	// ±20%); 4 s by default. ProbeTimeout bounds one check; 2.5 s by default. So a
 	// lost API server shows within 7.3 s.
@@ -139,7 +142,11 @@ func (s *Source) Run(ctx context.Context) error {
 		return nil
 	}
 	if s.opts.RESTConfig == nil {
-		c, err := kubeconfig.Load("")
+		load := s.opts.loadConfig
+		if load == nil {
+			load = func() (*rest.Config, error) { return kubeconfig.Load("") }
+		}
+		c, err := load()
 		if err != nil {
 			return fmt.Errorf("endpointslice peer discovery: %w", err)
 		}

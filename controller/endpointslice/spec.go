@@ -1,9 +1,12 @@
 package endpointslice
 
 import (
+	rbacv1 "k8s.io/api/rbac/v1"
+
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
 
 // Reasons are the failure reasons the source reports: a missing Role, a failed
@@ -11,39 +14,36 @@ import (
 var Reasons = []string{metrics.ReasonForbidden, metrics.ReasonWatch,
 	"unauthorized", "refused", "reset", "tls", "server-error", "timeout", "other"}
 
-// Spec is the source as the epp binary knows it: --epp-peer-service=<the EPP
-// Service>, with the shared --pool-namespace, --epp-peer-port-name, --epp-peer-port
-// and --epp-peer-membership.
+// ServiceSetting selects the source: the EPP's own Service, whose EndpointSlices
+// list the peers.
+var ServiceSetting = discovery.Setting{Param: "service", Flag: "epp-peer-service", Env: []string{"EPP_PEER_SERVICE"},
+	Usage: "Name of the EPP's own Service; its EndpointSlices are the peer source."}
+
+// Spec is the source for the epp binary (--epp-peer-service=<the EPP Service>)
+// and the EPP plugin endpointslice-peer-discovery (parameter service), with the
+// shared namespace, port name, port and membership settings.
 func Spec() discovery.SourceSpec {
 	return discovery.SourceSpec{
 		Name:        peers.SourceEndpointSlice,
-		Flag:        "epp-peer-service",
+		Select:      ServiceSetting,
 		Placeholder: "<the EPP Service>",
-		Usage:       "Name of the EPP's own Service; its EndpointSlices are the peer source.",
 		Reasons:     Reasons,
-		Complete: func(s *discovery.Settings) error {
-			cfg, err := settingsOf(*s).Config(FlagNames, s.Self)
-			if err != nil {
-				return err
+		Permissions: []rbacv1.PolicyRule{{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}}},
+		Settings: func(b *discovery.Binder) discovery.Bound {
+			var s Settings
+			s.bind(b)
+			var cfg peerset.Config
+			return discovery.Bound{
+				Complete: func(self *peers.Self) (err error) {
+					s.Namespace = b.Namespace()
+					cfg, err = s.config(b, *self)
+					*self = cfg.Self
+					return err
+				},
+				New: func(d discovery.Deps) (discovery.Source, error) {
+					return NewSource(cfg, d.Publisher, d.Log, Options{loadConfig: d.RESTConfig}), nil
+				},
 			}
-			s.Self = cfg.Self
-			return nil
-		},
-		New: func(d discovery.Deps) (discovery.Source, error) {
-			cfg, err := settingsOf(d.Settings).Config(FlagNames, d.Self)
-			if err != nil {
-				return nil, err
-			}
-			rc, err := d.RESTConfig()
-			if err != nil {
-				return nil, err
-			}
-			return NewSource(cfg, d.Publisher, d.Log, Options{RESTConfig: rc}), nil
 		},
 	}
-}
-
-// settingsOf are the source's settings from the binary's shared settings.
-func settingsOf(s discovery.Settings) Settings {
-	return Settings{Service: s.Arg, Namespace: s.Namespace, PortName: s.PortName, Port: s.Port, Membership: string(s.Membership)}
 }

@@ -89,7 +89,7 @@ func TestHostManager(t *testing.T) {
 	}
 	bind(t, ns, sa+"-host", "host", sa)
 
-	cfg, err := endpointslice.Settings{Service: "epp", Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0"})
+	cfg, err := endpointslice.Settings{Service: "epp", Namespace: ns}.Config(peers.Self{Name: "epp-0"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,7 +55,7 @@ func TestTwoDiscoveriesKeepTheirMetricsApart(t *testing.T) {
 				svc   string
 				peers float64
 			}{{"alpha", 2}, {"beta", 1}} {
-				cfg, err := endpointslice.Settings{Service: d.svc, Namespace: ns}.Config(endpointslice.ParamNames, peers.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
+				cfg, err := endpointslice.Settings{Service: d.svc, Namespace: ns}.Config(peers.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}})
 				if err != nil {
 					t.Fatal(err)
 				}

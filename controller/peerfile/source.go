@@ -70,7 +70,7 @@ func (s *Source) Run(ctx context.Context) error {
 	dir := filepath.Dir(s.cfg.Path)
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("--epp-peer-file: cannot watch files: %w", err)
+		return fmt.Errorf("peers file %s: cannot watch files: %w", s.cfg.Path, err)
 	}
 	defer w.Close()
 	watching := false

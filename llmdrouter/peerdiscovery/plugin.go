@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,12 +25,16 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/debugpeers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/dnssrv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/sources"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/params"
 )
 
-// Plugin types.
+// Plugin types of the sources with names of their own in Go; every source of
+// sources.All has a type, "<source>-peer-discovery" (discovery.SourceSpec.PluginType).
 const (
 	EndpointSliceType = "endpointslice-peer-discovery"
 	DNSType           = "dns-peer-discovery"
@@ -41,13 +47,98 @@ var (
 	_ fwkplugin.FactoryFunc = DNSFactory
 )
 
-// Register registers the plugin types in the EPP's plugin registry, with stability
-// Beta, the plain upstream way (package wiring starts the one
+// Factories of the types named above (Factory of their sources).
+var (
+	EndpointSliceFactory = Factory(endpointslice.Spec())
+	DNSFactory           = Factory(dnssrv.Spec())
+)
+
+// Register registers a plugin type of every peer source (sources.All), with
+// stability Beta, the plain upstream way (package wiring starts the one
 // dataLayer.peerDiscovery.pluginRef names, as it would a third party's).
 func Register() {
-	fwkplugin.Register(EndpointSliceType, fwkplugin.StabilityBeta, EndpointSliceFactory)
-	fwkplugin.Register(DNSType, fwkplugin.StabilityBeta, DNSFactory)
+	for _, spec := range sources.All() {
+		fwkplugin.Register(spec.PluginType(), fwkplugin.StabilityBeta, Factory(spec))
+	}
 }
+
+// Types are the plugin types Register registers, in order.
+func Types() []string {
+	var out []string
+	for _, spec := range sources.All() {
+		out = append(out, spec.PluginType())
+	}
+	return out
+}
+
+// Factory builds plugins of the source spec from their parameters: the source's
+// settings as spec declares them (each falling back to its variables, then its
+// default) and the Extras. The replica's identity comes from the downward-API
+// environment (POD_NAME, else the host name; POD_IP, POD_IPS). Unknown parameters
+// are errors; every error is one line naming the parameter (or the variable it came
+// from), worded as the epp binary's flag errors are.
+func Factory(spec discovery.SourceSpec) fwkplugin.FactoryFunc {
+	typ := spec.PluginType()
+	return func(name string, parameters *json.Decoder, _ fwkplugin.Handle) (fwkplugin.Plugin, error) {
+		var raw map[string]json.RawMessage
+		if err := params.Decode(typ, parameters, &raw); err != nil {
+			return nil, err
+		}
+		extras, rest, err := splitExtras(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s parameters: %w", typ, err)
+		}
+		c, err := discovery.ConfigureParams(spec, rest, getenv, os.Hostname)
+		if unknown := (*discovery.UnknownParamError)(nil); errors.As(err, &unknown) {
+			unknown.Known = append(unknown.Known, extraParams...)
+			return nil, fmt.Errorf("%s parameters: %w", typ, unknown)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := extras.resolve(); err != nil {
+			return nil, err
+		}
+		log := logger(typ, name)
+		d, err := c.PeerDiscovery(name, log, nil)
+		if err != nil {
+			return nil, err
+		}
+		return newPlugin(typ, name, d, c.Self, c.Self.Namespace, extras, log)
+	}
+}
+
+// splitExtras takes the Extras' parameters out of raw.
+func splitExtras(raw map[string]json.RawMessage) (Extras, map[string]json.RawMessage, error) {
+	mine, rest := map[string]json.RawMessage{}, map[string]json.RawMessage{}
+	for k, v := range raw {
+		if slices.Contains(extraParams, k) {
+			mine[k] = v
+		} else {
+			rest[k] = v
+		}
+	}
+	var e Extras
+	b, err := json.Marshal(mine)
+	if err != nil {
+		return e, nil, err
+	}
+	if err := json.Unmarshal(b, &e); err != nil {
+		return e, nil, err
+	}
+	return e, rest, nil
+}
+
+// extraParams are the JSON names of the Extras.
+var extraParams = func() []string {
+	var out []string
+	t := reflect.TypeFor[Extras]()
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		out = append(out, name)
+	}
+	return out
+}()
 
 // Plugin is peer discovery as an EPP plugin: a discovery.PeerDiscovery (one source
 // with its own store), its /debug/peers view, and the optional extras: an address to
@@ -293,13 +384,8 @@ func (n notifier) DeletePeer(id string) {
 	n.n.Delete(types.NamespacedName{Namespace: namespace, Name: name})
 }
 
-// selfFromEnv is the replica's identity from the downward-API environment.
 // getenv reads the environment (a variable, so tests may replace it).
 var getenv = os.Getenv
-
-func selfFromEnv(namespace string) (peers.Self, error) {
-	return peers.SelfFromEnv(namespace, getenv, os.Hostname)
-}
 
 // logger is the plugin's logger.
 func logger(typ, name string) logr.Logger {

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,9 +17,11 @@ import (
 	"github.com/llm-d/llm-d-router/pkg/epp/statesync"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/sources"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/settingnames"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 )
 
@@ -28,7 +32,7 @@ func params(s string) *json.Decoder { return json.NewDecoder(strings.NewReader(s
 
 func setEnv(t *testing.T, kv ...string) {
 	for _, k := range []string{"POD_NAME", "POD_IP", "POD_IPS", "NAMESPACE", "POD_NAMESPACE", "EPP_PEER_SERVICE", "EPP_PEER_PORT_NAME",
-		"EPP_PEER_PORT", "EPP_PEER_MEMBERSHIP", "EPP_PEER_PROBE_INTERVAL", "EPP_PEER_DEBUG_ADDRESS", "EPP_PEER_SYNC_ADDRESS", "EPP_PEER_DNS"} {
+		"EPP_PEER_PORT", "EPP_PEER_MEMBERSHIP", "EPP_PEER_PROBE_INTERVAL", "EPP_PEER_DEBUG_ADDRESS", "EPP_PEER_SYNC_ADDRESS", "EPP_PEER_DNS", "EPP_PEER_DNS_SERVICE", "EPP_PEER_FILE"} {
 		t.Setenv(k, "")
 	}
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -36,21 +40,28 @@ func setEnv(t *testing.T, kv ...string) {
 	}
 }
 
-// TestRegisteredInTheEPPRegistry: both types are in upstream's registry, Beta (no
-// --allow-experimental-plugins needed), and build through it.
+// TestRegisteredInTheEPPRegistry: a type of every peer source is in upstream's
+// registry, Beta (no --allow-experimental-plugins needed), and builds through it.
 func TestRegisteredInTheEPPRegistry(t *testing.T) {
 	peerdiscovery.Register()
 	setEnv(t, "POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns")
-	for typ, p := range map[string]string{
+	example := map[string]string{
 		peerdiscovery.EndpointSliceType: `{"service": "epp"}`,
 		peerdiscovery.DNSType:           `{"name": "_peer-sync._tcp.epp.ns.svc.cluster.local"}`,
-	} {
+		"file-peer-discovery":           `{"path": "/etc/epp/peers.yaml"}`,
+	}
+	for _, spec := range sources.All() {
+		typ := spec.PluginType()
 		factory, ok := fwkplugin.Registry[typ]
 		if !ok {
 			t.Fatalf("%s is not registered", typ)
 		}
 		if s := fwkplugin.GetPluginStability(typ); s != fwkplugin.StabilityBeta {
 			t.Errorf("%s has stability %v, want Beta", typ, s)
+		}
+		p, ok := example[typ]
+		if !ok {
+			continue // a source added since: its own tests build it
 		}
 		plugin, err := factory("peers", params(p), nil)
 		if err != nil {
@@ -60,29 +71,35 @@ func TestRegisteredInTheEPPRegistry(t *testing.T) {
 			t.Fatalf("%s built %T named %v", typ, plugin, plugin.TypedName())
 		}
 	}
+	if got := strings.Join(peerdiscovery.Types(), ","); !strings.HasPrefix(got, "endpointslice-peer-discovery,file-peer-discovery,dns-peer-discovery") {
+		t.Errorf("types %s", got)
+	}
 }
 
 // TestParametersAreValidatedLikeFlags: the plugin refuses what the epp binary's
 // flags refuse, with the same message in the parameter's name.
 func TestParametersAreValidatedLikeFlags(t *testing.T) {
+	dnsName := "_peer-sync._tcp.epp.ns.svc"
 	tests := []struct {
 		name   string
+		typ    string
 		flags  []string
 		params string
 		env    []string
 	}{
-		{"port out of range", []string{"--epp-peer-port=70000"}, `{"service": "epp", "port": 70000}`, nil},
-		{"invalid port name", []string{"--epp-peer-port-name=Peer_Sync"}, `{"service": "epp", "portName": "Peer_Sync"}`, nil},
-		{"invalid service", []string{"--epp-peer-service=EPP.svc"}, `{"service": "EPP.svc"}`, nil},
-		{"invalid membership", []string{"--epp-peer-membership=leader"}, `{"service": "epp", "membership": "leader"}`, nil},
-		{"invalid namespace", []string{"--pool-namespace=Team_A"}, `{"service": "epp", "namespace": "Team_A"}`, nil},
-		{"no namespace", nil, `{"service": "epp"}`, []string{"NAMESPACE", ""}},
+		{"port out of range", peerdiscovery.EndpointSliceType, []string{"--epp-peer-service=epp", "--epp-peer-port=70000"}, `{"service": "epp", "port": 70000}`, nil},
+		{"invalid port name", peerdiscovery.EndpointSliceType, []string{"--epp-peer-service=epp", "--epp-peer-port-name=Peer_Sync"}, `{"service": "epp", "portName": "Peer_Sync"}`, nil},
+		{"invalid service", peerdiscovery.EndpointSliceType, []string{"--epp-peer-service=EPP.svc"}, `{"service": "EPP.svc"}`, nil},
+		{"invalid membership", peerdiscovery.EndpointSliceType, []string{"--epp-peer-service=epp", "--epp-peer-membership=leader"}, `{"service": "epp", "membership": "leader"}`, nil},
+		{"invalid namespace", peerdiscovery.EndpointSliceType, []string{"--epp-peer-service=epp", "--pool-namespace=Team_A"}, `{"service": "epp", "namespace": "Team_A"}`, nil},
+		{"no namespace", peerdiscovery.EndpointSliceType, []string{"--epp-peer-service=epp"}, `{"service": "epp"}`, []string{"NAMESPACE", ""}},
+		{"invalid DNS name", peerdiscovery.DNSType, []string{"--epp-peer-dns=epp.ns.svc"}, `{"name": "epp.ns.svc"}`, nil},
+		{"invalid DNS server", peerdiscovery.DNSType, []string{"--epp-peer-dns=" + dnsName, "--epp-peer-dns-server=coredns"}, `{"name": "` + dnsName + `", "server": "coredns"}`, nil},
+		{"DNS without an address", peerdiscovery.DNSType, []string{"--epp-peer-dns=" + dnsName}, `{"name": "` + dnsName + `"}`, []string{"POD_IP", ""}},
+		{"file port", "file-peer-discovery", []string{"--epp-peer-file=/p", "--epp-peer-port=0"}, `{"path": "/p", "port": 0}`, nil},
 	}
-	names := endpointslice.FlagNames
-	flagToParam := strings.NewReplacer(
-		names.PortName, endpointslice.ParamNames.PortName, names.Service, endpointslice.ParamNames.Service,
-		names.Namespace, endpointslice.ParamNames.Namespace, names.Port, endpointslice.ParamNames.Port,
-		names.Membership, endpointslice.ParamNames.Membership)
+	rewrite := settingnames.FlagToParam(sources.All())
+	peerdiscovery.Register()
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			kv := append([]string{"POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns"}, tc.env...)
@@ -91,13 +108,13 @@ func TestParametersAreValidatedLikeFlags(t *testing.T) {
 			for i := 0; i+1 < len(kv); i += 2 {
 				m[kv[i]] = kv[i+1]
 			}
-			args := append([]string{"--enable-peer-discovery", "--epp-peer-service=epp"}, tc.flags...)
+			args := append([]string{"--enable-peer-discovery"}, tc.flags...)
 			_, flagErr := app.Parse(args, func(k string) string { return m[k] }, &bytes.Buffer{})
-			_, paramErr := peerdiscovery.EndpointSliceFactory("peers", params(tc.params), nil)
+			_, paramErr := fwkplugin.Registry[tc.typ]("peers", params(tc.params), nil)
 			if flagErr == nil || paramErr == nil {
 				t.Fatalf("flags: %v; parameters: %v; want both refused", flagErr, paramErr)
 			}
-			if w := flagToParam.Replace(flagErr.Error()); paramErr.Error() != w {
+			if w := rewrite.Replace(flagErr.Error()); paramErr.Error() != w {
 				t.Fatalf("parameters refused with\n  %q\nwant the flags' message in the parameter's name:\n  %q", paramErr, w)
 			}
 		})
@@ -111,20 +128,19 @@ func TestParametersRejected(t *testing.T) {
 	}{
 		{peerdiscovery.EndpointSliceType, `{"service": "epp", "serivce": "x"}`, `unknown field "serivce"`},
 		{peerdiscovery.EndpointSliceType, `{}`, "service is required"},
-		{peerdiscovery.EndpointSliceType, `{"service": "epp", "debugAddress": "9091"}`, `invalid debugAddress="9091"`},
+		{peerdiscovery.EndpointSliceType, `{"service": "epp", "debugAddress": "9091"}`, `invalid debugAddress="9091": want host:port, e.g. ":9091"`},
 		{peerdiscovery.DNSType, `{}`, "name or service is required"},
 		{peerdiscovery.DNSType, `{"name": "_p._tcp.epp.ns.svc", "service": "epp-peers"}`, "mutually exclusive"},
 		{peerdiscovery.DNSType, `{"name": "epp.ns.svc"}`, "_<port name>._tcp"},
 		{peerdiscovery.DNSType, `{"name": "_p._tcp.epp.ns.svc", "interval": "200ms"}`, `interval="200ms"`},
 		{peerdiscovery.DNSType, `{"name": "_p._tcp.epp.ns.svc", "interval": 5}`, "duration"},
 		{peerdiscovery.DNSType, `{"name": "_p._tcp.epp.ns.svc", "server": "coredns"}`, `server="coredns"`},
+		{peerdiscovery.DNSType, `{"service": "Epp_Peers"}`, `invalid service="Epp_Peers"`},
+		{"file-peer-discovery", `{}`, "path is required"},
+		{"file-peer-discovery", `{"path": "/p", "service": "epp"}`, `unknown field "service": the parameters are namespace, path, port, membership, debugAddress, probeInterval, peerSyncAddress`},
 	} {
-		var err error
-		if tc.typ == peerdiscovery.EndpointSliceType {
-			_, err = peerdiscovery.EndpointSliceFactory("peers", params(tc.params), nil)
-		} else {
-			_, err = peerdiscovery.DNSFactory("peers", params(tc.params), nil)
-		}
+		peerdiscovery.Register()
+		_, err := fwkplugin.Registry[tc.typ]("peers", params(tc.params), nil)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s %s: %v, want an error with %q", tc.typ, tc.params, err, tc.want)
 		}
@@ -318,4 +334,109 @@ func portOf(addr string) uint16 {
 	_, p, _ := net.SplitHostPort(addr)
 	n, _ := strconv.Atoi(p)
 	return uint16(n)
+}
+
+// TestDNSByServiceAndFromTheEnvironment: dns-peer-discovery takes the headless
+// Service (service, with portName) instead of the SRV name, and either from the
+// environment (EPP_PEER_DNS_SERVICE with EPP_PEER_PORT_NAME, or EPP_PEER_DNS), what
+// a kustomize component sets without editing the EPP's configuration.
+func TestDNSByServiceAndFromTheEnvironment(t *testing.T) {
+	srv, err := dnsserver.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	// The name a pod's search path completes _sync._tcp.epp-peers to.
+	const name = "_sync._tcp.epp-peers"
+	srv.SetAddrs("epp-a.epp-peers.ns.svc.cluster.local", "10.0.0.1")
+	srv.SetAddrs("epp-b.epp-peers.ns.svc.cluster.local", "10.0.0.2")
+	srv.SetSRV(name, dnsserver.SRV{Target: "epp-a.epp-peers.ns.svc.cluster.local", Port: 7000},
+		dnsserver.SRV{Target: "epp-b.epp-peers.ns.svc.cluster.local", Port: 7000})
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		params string
+	}{
+		{"parameters", nil, `{"service": "epp-peers", "portName": "sync", "server": "` + srv.Addr() + `"}`},
+		{"EPP_PEER_DNS_SERVICE", []string{"EPP_PEER_DNS_SERVICE", "epp-peers", "EPP_PEER_PORT_NAME", "sync"}, `{"server": "` + srv.Addr() + `"}`},
+		{"EPP_PEER_DNS", []string{"EPP_PEER_DNS", name}, `{"server": "` + srv.Addr() + `"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			setEnv(t, append([]string{"POD_NAME", "epp-a", "POD_IP", "10.0.0.1", "NAMESPACE", "ns"}, tc.env...)...)
+			plugin, err := peerdiscovery.DNSFactory("peers", params(tc.params), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := startPlugin(t, plugin.(*peerdiscovery.Plugin))
+			if got := upstreamPeers(store); got != "ns/epp-b@10.0.0.2:7000" {
+				t.Fatalf("peers %q, want ns/epp-b@10.0.0.2:7000", got)
+			}
+		})
+	}
+}
+
+// TestFilePeerDiscovery: file-peer-discovery, the peers file source as a plugin
+// (parameter path, or env EPP_PEER_FILE), fills upstream's store and follows the
+// file; entries without a namespace or port get the namespace and port settings.
+func TestFilePeerDiscovery(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "peers.yaml")
+	write := func(body string) {
+		t.Helper()
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("peers:\n  - {name: epp-0, address: 10.0.0.1}\n  - {name: epp-1, address: 10.0.0.2}\n  - {name: epp-2, address: 10.0.0.3, port: 7000}\n")
+	setEnv(t, "POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns", "EPP_PEER_FILE", path)
+	peerdiscovery.Register()
+	plugin, err := fwkplugin.Registry["file-peer-discovery"]("peers", params(`{"port": 9100}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := startPlugin(t, plugin.(*peerdiscovery.Plugin))
+	if got := upstreamPeers(store); got != "ns/epp-1@10.0.0.2:9100,ns/epp-2@10.0.0.3:7000" {
+		t.Fatalf("peers %q", got)
+	}
+	write("peers:\n  - {name: epp-0, address: 10.0.0.1}\n  - {name: epp-2, address: 10.0.0.3, port: 7000}\n")
+	wait.Until(t, 10*time.Second, "epp-1 to leave with the file", func() bool { return upstreamPeers(store) == "ns/epp-2@10.0.0.3:7000" })
+	state, _ := plugin.(fwkplugin.StateDumper).DumpState()
+	if !strings.Contains(string(state), `"source": "file"`) {
+		t.Fatalf("DumpState: %s", state)
+	}
+}
+
+// startPlugin starts p with upstream's MemoryPeerStore behind NewPeerNotifier,
+// stops it when the test ends, and returns the store once p is ready.
+func startPlugin(t *testing.T, p *peerdiscovery.Plugin) *statesync.MemoryPeerStore {
+	t.Helper()
+	store := statesync.NewMemoryPeerStore()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Start(ctx, fwkdl.NewPeerNotifier(store)) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	})
+	select {
+	case <-p.Ready():
+	case <-time.After(10 * time.Second):
+		state, _ := p.DumpState()
+		t.Fatalf("not ready within 10 s: %s", state)
+	}
+	return store
+}
+
+// upstreamPeers lists upstream's store as id@address:port, in its order.
+func upstreamPeers(store *statesync.MemoryPeerStore) string {
+	var out []string
+	for _, p := range store.Peers() {
+		out = append(out, p.ID.String()+"@"+p.Address+":"+p.Port)
+	}
+	return strings.Join(out, ",")
 }

@@ -28,6 +28,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -141,7 +142,7 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 	}
 	pd, ok := handle.Plugin(p.PeerDiscoveryRef).(*peerdiscovery.Plugin)
 	if !ok {
-		return nil, fmt.Errorf("%s: peerDiscoveryRef=%q names no peer-discovery plugin of this module (%s or %s)", Type, p.PeerDiscoveryRef, peerdiscovery.EndpointSliceType, peerdiscovery.DNSType)
+		return nil, fmt.Errorf("%s: peerDiscoveryRef=%q names no peer-discovery plugin of this module (of type %s)", Type, p.PeerDiscoveryRef, strings.Join(peerdiscovery.Types(), ", "))
 	}
 	interval := peersync.DefaultInterval
 	switch env := os.Getenv(IntervalEnv); {

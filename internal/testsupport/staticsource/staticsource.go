@@ -29,3 +29,22 @@ func (s *Source) Run(ctx context.Context) error {
 	<-ctx.Done()
 	return nil
 }
+
+// Setting selects the source in a program: --epp-peer-static=<anything>, or the
+// plugin parameter "static".
+var Setting = discovery.Setting{Param: "static", Flag: "epp-peer-static", Usage: "Use the static list of peers (tests)."}
+
+// Spec is the source's entry in a program's list of sources: the source "static",
+// selected by Setting, that publishes set.
+func Spec(set []peers.PeerMetadata) discovery.SourceSpec {
+	return discovery.SourceSpec{
+		Name:        "static",
+		Select:      Setting,
+		Placeholder: "<anything>",
+		Settings: func(b *discovery.Binder) discovery.Bound {
+			var arg string
+			b.String(&arg, Setting, nil)
+			return discovery.Bound{New: func(d discovery.Deps) (discovery.Source, error) { return New(set, d.Publisher), nil }}
+		},
+	}
+}
