@@ -203,7 +203,7 @@ func (e *Extras) resolve() error {
 	if syncEnv {
 		e.PeerSyncAddress = getenv(PeerSyncAddressEnv)
 	}
-	if err := params.CheckAddress(name("peerSyncAddress", PeerSyncAddressEnv, syncEnv), e.PeerSyncAddress, ":9091"); err != nil {
+	if err := params.CheckAddress(name("peerSyncAddress", PeerSyncAddressEnv, syncEnv), e.PeerSyncAddress, ":9005"); err != nil {
 		return err
 	}
 	if e.ProbeInterval == nil {

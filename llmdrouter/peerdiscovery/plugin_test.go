@@ -129,6 +129,8 @@ func TestParametersRejected(t *testing.T) {
 		{peerdiscovery.EndpointSliceType, `{"service": "epp", "serivce": "x"}`, `unknown field "serivce"`},
 		{peerdiscovery.EndpointSliceType, `{}`, "service is required"},
 		{peerdiscovery.EndpointSliceType, `{"service": "epp", "debugAddress": "9091"}`, `invalid debugAddress="9091": want host:port, e.g. ":9091"`},
+		// The peer-sync port's example is the peer-sync port, not the debug port.
+		{peerdiscovery.EndpointSliceType, `{"service": "epp", "peerSyncAddress": "9005"}`, `invalid peerSyncAddress="9005": want host:port, e.g. ":9005"`},
 		{peerdiscovery.DNSType, `{}`, "name or service is required"},
 		{peerdiscovery.DNSType, `{"name": "_p._tcp.epp.ns.svc", "service": "epp-peers"}`, "mutually exclusive"},
 		{peerdiscovery.DNSType, `{"name": "epp.ns.svc"}`, "_<port name>._tcp"},
