@@ -10,7 +10,11 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -18,7 +22,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubeconfig"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubewatch"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
@@ -45,23 +49,11 @@ type Options struct {
 	StaleProbeInterval time.Duration
 }
 
-func (o *Options) defaults() {
-	if o.ProbeInterval <= 0 {
-		o.ProbeInterval = 4 * time.Second
-	}
-	if o.ProbeTimeout <= 0 {
-		o.ProbeTimeout = 2500 * time.Millisecond
-	}
-	if o.StaleProbeInterval <= 0 {
-		o.StaleProbeInterval = time.Second
-	}
-}
-
 // Source is the EndpointSlice peer source. It keeps the peer set of one Service's
 // slices incrementally (peerset.State): every slice event updates that slice's
 // peers and publishes only the change. The slices come from a reflector of its own,
 // scoped to the namespace and the service-name label, and a health check watches
-// over the connection to the API server: see runOwn.
+// over the connection to the API server (kubewatch).
 type Source struct {
 	cfg  peerset.Config
 	pub  *discovery.Publisher
@@ -71,10 +63,9 @@ type Source struct {
 
 	setUp bool // SetupWithManager was called
 
-	mu     sync.Mutex // guards the fields below; serializes slice events
+	mu     sync.Mutex // guards the fields below
 	state  *peerset.State
 	names  map[string]bool // namespace/name of every slice the feed delivered
-	gen    uint64          // the reflector whose events count (see sink)
 	synced bool
 }
 
@@ -82,7 +73,6 @@ var _ discovery.Source = (*Source)(nil)
 
 // NewSource returns the source for cfg, publishing through pub.
 func NewSource(cfg peerset.Config, pub *discovery.Publisher, log logr.Logger, opts Options) *Source {
-	opts.defaults()
 	return &Source{cfg: cfg, pub: pub, log: log, opts: opts, now: time.Now,
 		state: peerset.NewState(cfg), names: map[string]bool{}}
 }
@@ -125,7 +115,7 @@ type runnable struct {
 	cache cache.Cache
 }
 
-func (r runnable) Start(ctx context.Context) error { return r.s.runOwn(ctx) }
+func (r runnable) Start(ctx context.Context) error { return r.s.watch(ctx) }
 func (runnable) NeedLeaderElection() bool          { return false }
 func (r runnable) GetCache() cache.Cache           { return noSyncWait{r.cache} }
 
@@ -152,7 +142,57 @@ func (s *Source) Run(ctx context.Context) error {
 		}
 		s.opts.RESTConfig = c
 	}
-	return s.runOwn(ctx)
+	return s.watch(ctx)
+}
+
+// watch keeps the Service's slices with a reflector of its own and watches over its
+// connection to the API server (kubewatch), until ctx ends.
+func (s *Source) watch(ctx context.Context) error {
+	sel := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: s.cfg.Service}).String()
+	t := kubewatch.Target{Group: discoveryv1.GroupName, Resource: "endpointslices", Namespace: s.cfg.Namespace, Selector: sel,
+		Object: &discoveryv1.EndpointSlice{},
+		List: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (runtime.Object, error) {
+			return c.DiscoveryV1().EndpointSlices(s.cfg.Namespace).List(ctx, o)
+		},
+		Watch: func(ctx context.Context, c kubernetes.Interface, o metav1.ListOptions) (watch.Interface, error) {
+			return c.DiscoveryV1().EndpointSlices(s.cfg.Namespace).Watch(ctx, o)
+		},
+	}
+	w := kubewatch.New(t, handler{s}, s.pub, kubewatch.Options{ProbeInterval: s.opts.ProbeInterval,
+		ProbeTimeout: s.opts.ProbeTimeout, StaleProbeInterval: s.opts.StaleProbeInterval})
+	return w.Run(ctx, s.opts.RESTConfig)
+}
+
+// handler applies what the watch delivers to the source's state.
+type handler struct{ s *Source }
+
+func (h handler) Upsert(obj any) {
+	if sl, ok := sliceOf(obj); ok {
+		h.s.mu.Lock()
+		defer h.s.mu.Unlock()
+		h.s.upsertLocked(sl)
+	}
+}
+
+func (h handler) Delete(obj any) {
+	if sl, ok := sliceOf(obj); ok {
+		h.s.mu.Lock()
+		defer h.s.mu.Unlock()
+		h.s.deleteLocked(sl)
+	}
+}
+
+func (h handler) Replace(list []any) {
+	all := make([]discoveryv1.EndpointSlice, 0, len(list))
+	for _, o := range list {
+		if sl, ok := sliceOf(o); ok {
+			all = append(all, *sl)
+		}
+	}
+	h.s.mu.Lock()
+	defer h.s.mu.Unlock()
+	h.s.replaceLocked(all)
+	h.s.markSyncedLocked()
 }
 
 // applyLocked applies one slice event (or a re-list) to the state and publishes its
@@ -216,30 +256,6 @@ func (s *Source) replaceLocked(all []discoveryv1.EndpointSlice) {
 		s.names[all[i].Namespace+"/"+all[i].Name] = true
 	}
 	s.applyLocked(func() peers.Change { return s.state.Replace(all) }, time.Time{})
-}
-
-// reportError records a failed list or watch of the slices. A forbidden error names
-// the missing permission; ends of a watch the reflector handles itself are not
-// errors.
-func (s *Source) reportError(err error) {
-	switch {
-	case err == nil || errors.Is(err, context.Canceled):
-	case apierrors.IsResourceExpired(err), apierrors.IsGone(err), isEOF(err):
-	case apierrors.IsForbidden(err):
-		s.pub.Fail(metrics.ReasonForbidden, s.forbidden(err))
-	default:
-		// Named by its cause where it has one (refused, tls, server-error, ...), as
-		// the health check's failures are; else "watch".
-		reason := Classify(err)
-		if reason == "other" {
-			reason = metrics.ReasonWatch
-		}
-		s.pub.Fail(reason, fmt.Errorf("list/watch of endpointslices in namespace %q failed: %w", s.cfg.Namespace, err))
-	}
-}
-
-func (s *Source) forbidden(err error) error {
-	return fmt.Errorf("missing RBAC: need get, list and watch on discovery.k8s.io endpointslices in namespace %q (a Role bound to this pod's ServiceAccount): %w", s.cfg.Namespace, err)
 }
 
 // sliceOf unwraps what a reflector hands over.

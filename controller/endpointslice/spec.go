@@ -4,15 +4,14 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubewatch"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )
 
 // Reasons are the failure reasons the source reports: a missing Role, a failed
-// list or watch, and the causes of a failed API server check (Classify).
-var Reasons = []string{metrics.ReasonForbidden, metrics.ReasonWatch,
-	"unauthorized", "refused", "reset", "tls", "server-error", "timeout", "other"}
+// list or watch, and the causes of a failed API server check (kubewatch.Reasons).
+var Reasons = kubewatch.Reasons
 
 // ServiceSetting selects the source: the EPP's own Service, whose EndpointSlices
 // list the peers.

@@ -1,4 +1,4 @@
-package endpointslice_test
+package kubewatch_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubewatch"
 )
 
 func TestClassify(t *testing.T) {
@@ -46,7 +46,7 @@ func TestClassify(t *testing.T) {
 		{errors.New("something else"), "other"},
 	}
 	for _, tc := range tests {
-		if got := endpointslice.Classify(tc.err); got != tc.want {
+		if got := kubewatch.Classify(tc.err); got != tc.want {
 			t.Errorf("Classify(%v) = %q, want %q", tc.err, got, tc.want)
 		}
 	}
