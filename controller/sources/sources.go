@@ -10,6 +10,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/dnssrv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/endpointslice"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/podwatch"
 )
 
 // All are the peer sources, in the order of their flags in the binary's help.
@@ -18,5 +19,6 @@ func All() []discovery.SourceSpec {
 		endpointslice.Spec(),
 		peerfile.Spec(),
 		dnssrv.Spec(),
+		podwatch.Spec(),
 	}
 }
