@@ -21,6 +21,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // startApp runs an app (as replica epp-0 at 10.0.0.1 in namespace ns, bound to
@@ -133,15 +134,7 @@ func TestSnapshotFollowsThePeerSet(t *testing.T) {
 	}
 	a := startFileApp(t, peersPath, "--epp-peer-snapshot-file="+snapPath)
 
-	waitFor := func(what string, cond func() bool) {
-		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("timed out waiting for %s", what)
-			}
-		}
-	}
-	waitFor("the first snapshot", func() bool { _, err := os.Stat(snapPath); return err == nil })
+	wait.Until(t, 10*time.Second, "the first snapshot", func() bool { _, err := os.Stat(snapPath); return err == nil })
 
 	stop := make(chan struct{})
 	var reads int
@@ -153,10 +146,14 @@ func TestSnapshotFollowsThePeerSet(t *testing.T) {
 		if err := debugpeers.WriteFileAtomic(peersPath, peersYAML(peerCount, g)); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(peerfile.Debounce + 20*time.Millisecond) // let each generation be loaded
+		// Each generation loaded before the next is written.
+		wait.Until(t, 10*time.Second, fmt.Sprintf("generation %d in the store", g), func() bool {
+			ps := a.Store.Peers()
+			return len(ps) == peerCount && ps[0].Port == int32(9000+g)
+		})
 	}
 	want := fmt.Sprintf(`"port": %d`, 9000+generations)
-	waitFor("the last generation in the snapshot", func() bool {
+	wait.Until(t, 10*time.Second, "the last generation in the snapshot", func() bool {
 		b, _ := os.ReadFile(snapPath)
 		return bytes.Contains(b, []byte(want))
 	})
@@ -186,31 +183,16 @@ func TestSnapshotOfOneReplicaIsThePeersFileOfAnother(t *testing.T) {
 		t.Fatal(err)
 	}
 	startFileApp(t, peersPath, "--epp-peer-snapshot-file="+snapPath)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(snapPath); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no snapshot")
-		}
-	}
+	wait.Until(t, 10*time.Second, "the snapshot", func() bool { _, err := os.Stat(snapPath); return err == nil })
 	second := startFileApp(t, snapPath)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		doc := peerdoc.Must(t, second.MetricsAddr())
-		if doc.Synced != nil && *doc.Synced {
-			var got []string
-			for _, p := range doc.Peers {
-				got = append(got, p.ID+"="+peers.PeerMetadata{Address: p.Address, Port: p.Port}.HostPort())
-			}
-			// The second replica also runs as epp-0, so it sees the same two peers.
-			if strings.Join(got, ",") != "ns/epp-1=10.0.0.2:9005,ns/epp-2=[fd00::3]:7000" {
-				t.Fatalf("second replica's peers from the first one's snapshot: %v", got)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("second replica never synced: %v", second.Ready())
-		}
+	doc := peerdoc.WaitSynced(t, second.MetricsAddr(), 10*time.Second)
+	var got []string
+	for _, p := range doc.Peers {
+		got = append(got, p.ID+"="+peers.PeerMetadata{Address: p.Address, Port: p.Port}.HostPort())
+	}
+	// The second replica also runs as epp-0, so it sees the same two peers.
+	if strings.Join(got, ",") != "ns/epp-1=10.0.0.2:9005,ns/epp-2=[fd00::3]:7000" {
+		t.Fatalf("second replica's peers from the first one's snapshot: %v", got)
 	}
 }
 
@@ -218,16 +200,10 @@ func TestSnapshotOfOneReplicaIsThePeersFileOfAnother(t *testing.T) {
 func TestSnapshotWithPeerDiscoveryOff(t *testing.T) {
 	snap := filepath.Join(t.TempDir(), "snapshot.json")
 	startApp(t, "--epp-peer-snapshot-file="+snap)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if b, err := os.ReadFile(snap); err == nil {
-			if compact := strings.Join(strings.Fields(string(b)), ""); compact != `{"enabled":false,"peers":[]}` {
-				t.Fatalf("snapshot with peer discovery off: %s", b)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no snapshot with peer discovery off")
-		}
+	wait.Until(t, 10*time.Second, "a snapshot with peer discovery off", func() bool { _, err := os.Stat(snap); return err == nil })
+	b, _ := os.ReadFile(snap)
+	if compact := strings.Join(strings.Fields(string(b)), ""); compact != `{"enabled":false,"peers":[]}` {
+		t.Fatalf("snapshot with peer discovery off: %s", b)
 	}
 }
 
@@ -251,14 +227,7 @@ func TestFinalSnapshotFailureIsReported(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(snap); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no first snapshot")
-		}
-	}
+	wait.Until(t, 10*time.Second, "the first snapshot", func() bool { _, err := os.Stat(snap); return err == nil })
 	failures := metrics.Errors("off", metrics.ReasonSnapshot)
 	before := testutil.ToFloat64(failures)
 	if err := os.RemoveAll(dir); err != nil { // the volume went away

@@ -2,7 +2,6 @@ package app_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/staticsource"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // TestANewSourceIsOnePackageAndOneLine registers the static source with one line
@@ -63,34 +63,22 @@ func TestANewSourceIsOnePackageAndOneLine(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if code, _ := get(a.ProbeAddr(), "/readyz"); code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the static source never made the replica ready")
-		}
-	}
-	_, body := get(a.MetricsAddr(), "/debug/peers")
-	var doc peers.Document
-	if err := json.Unmarshal([]byte(body), &doc); err != nil {
-		t.Fatal(err)
-	}
+	wait.Until(t, 10*time.Second, "the static source to make the replica ready", func() bool {
+		code, _ := get(a.ProbeAddr(), "/readyz")
+		return code == http.StatusOK
+	})
+	doc := peerdoc.Must(t, a.MetricsAddr())
 	var ids []string
 	for _, p := range doc.Peers {
 		ids = append(ids, p.ID+"@"+p.Address)
 	}
 	if doc.Source != "static" || doc.Synced == nil || !*doc.Synced || strings.Join(ids, ",") != "ns/epp-1@10.0.0.2,ns/epp-2@fd00::3" {
-		t.Fatalf("/debug/peers of the static source:\n%s", body)
+		t.Fatalf("/debug/peers of the static source: %+v", doc)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if b, err := os.ReadFile(snap); err == nil && strings.Contains(string(b), `"source": "static"`) && strings.Contains(string(b), "epp-2") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no snapshot of the static source's peers")
-		}
-	}
+	wait.Until(t, 10*time.Second, "a snapshot of the static source's peers", func() bool {
+		b, err := os.ReadFile(snap)
+		return err == nil && strings.Contains(string(b), `"source": "static"`) && strings.Contains(string(b), "epp-2")
+	})
 	if _, m := get(a.MetricsAddr(), "/metrics"); !strings.Contains(m, `epp_peer_discovery_peers{discovery="static"} 2`) || !strings.Contains(m, `epp_peer_discovery_synced{discovery="static"} 1`) {
 		t.Fatal("/metrics does not follow the static source")
 	}
@@ -113,16 +101,7 @@ func TestDNSSourceInTheBinary(t *testing.T) {
 	srv.SetSRV(name, dnsserver.SRV{Target: "epp-0.epp-peers.ns.svc.cluster.local", Port: 9005},
 		dnsserver.SRV{Target: "epp-1.epp-peers.ns.svc.cluster.local", Port: 9005}, dnsserver.SRV{Target: "epp-2.epp-peers.ns.svc.cluster.local", Port: 9005})
 	a := startApp(t, "--enable-peer-discovery", "--epp-peer-dns="+name, "--epp-peer-dns-server="+srv.Addr(), "--epp-peer-dns-interval=1s")
-	var doc peers.Document
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		doc = peerdoc.Must(t, a.MetricsAddr())
-		if doc.Synced != nil && *doc.Synced {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the DNS source never synced: %+v", doc)
-		}
-	}
+	doc := peerdoc.WaitSynced(t, a.MetricsAddr(), 10*time.Second)
 	var ids []string
 	for _, p := range doc.Peers {
 		ids = append(ids, p.ID+"@"+p.Address)

@@ -16,6 +16,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/dnssrv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 const name = "_peer-sync._tcp.epp-peers.ns.svc.cluster.local"
@@ -75,20 +76,12 @@ func list(ps []peers.PeerMetadata) string {
 
 func (r running) wait(t *testing.T, step, want string) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); list(r.store.Peers()) != want; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: peers %q, want %q (last error %v)", step, list(r.store.Peers()), want, r.pub.LastError())
+	wait.For(t, 5*time.Second, func() string {
+		if got := list(r.store.Peers()); got != want {
+			return fmt.Sprintf("%s: peers %q, want %q (last error %v)", step, got, want, r.pub.LastError())
 		}
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+		return ""
+	})
 }
 
 func endpoints(s *dnsserver.Server, addrs ...string) {
@@ -128,16 +121,16 @@ func TestSelfListedByTheRecords(t *testing.T) {
 		t.Fatal("listed while the records do not name this replica")
 	}
 	endpoints(r.dns, "10.0.0.1", "10.0.0.2")
-	waitUntil(t, "this replica listed", func() bool { listed, _ := r.pub.SelfListed(); return listed })
+	wait.Until(t, 5*time.Second, "this replica listed", func() bool { listed, _ := r.pub.SelfListed(); return listed })
 	endpoints(r.dns, "10.0.0.2")
-	waitUntil(t, "this replica no longer listed", func() bool { listed, _ := r.pub.SelfListed(); return !listed })
+	wait.Until(t, 5*time.Second, "this replica no longer listed", func() bool { listed, _ := r.pub.SelfListed(); return !listed })
 }
 
 // TestNoSuchNameIsNoPeers: a headless Service without ready endpoints does not
 // exist in DNS; that is an answer (no peers), not a failure.
 func TestNoSuchNameIsNoPeers(t *testing.T) {
 	r := start(t, self, nil)
-	waitUntil(t, "synced", r.pub.Synced)
+	wait.Until(t, 5*time.Second, "synced", r.pub.Synced)
 	if n := len(r.store.Peers()); n != 0 || r.pub.LastError() != nil {
 		t.Fatalf("%d peers, error %v", n, r.pub.LastError())
 	}
@@ -163,7 +156,7 @@ func TestLookupFailures(t *testing.T) {
 		endpoints(s, "10.0.0.1", "10.0.0.2")
 		s.SetMode(dnsserver.ServFail)
 	})
-	waitUntil(t, "the failure reported", func() bool { return r.pub.LastError() != nil })
+	wait.Until(t, 5*time.Second, "the failure reported", func() bool { return r.pub.LastError() != nil })
 	if r.pub.Synced() || !strings.Contains(r.pub.LastError().Error(), name) {
 		t.Fatalf("before any answer: synced=%v err=%v (want not synced, naming %s)", r.pub.Synced(), r.pub.LastError(), name)
 	}
@@ -173,7 +166,7 @@ func TestLookupFailures(t *testing.T) {
 	for _, mode := range []dnsserver.Mode{dnsserver.ServFail, dnsserver.Silent} {
 		before := testutil.ToFloat64(lookups)
 		r.dns.SetMode(mode)
-		waitUntil(t, fmt.Sprintf("stale in mode %d", mode), func() bool { stale, _, _, _ := r.pub.Stale(); return stale })
+		wait.Until(t, 5*time.Second, fmt.Sprintf("stale in mode %d", mode), func() bool { stale, _, _, _ := r.pub.Stale(); return stale })
 		if _, _, reason, err := r.pub.Stale(); reason != dnssrv.ReasonLookup || err == nil {
 			t.Fatalf("stale reason %q error %v", reason, err)
 		}
@@ -185,7 +178,7 @@ func TestLookupFailures(t *testing.T) {
 		}
 		endpoints(r.dns, "10.0.0.1", "10.0.0.2", "10.0.0.3") // changes while DNS fails
 		r.dns.SetMode(dnsserver.Answer)
-		waitUntil(t, "fresh", func() bool { stale, _, _, _ := r.pub.Stale(); return !stale })
+		wait.Until(t, 5*time.Second, "fresh", func() bool { stale, _, _, _ := r.pub.Stale(); return !stale })
 		r.wait(t, "after the failure", "ns/10-0-0-2@10.0.0.2:9005,ns/10-0-0-3@10.0.0.3:9005")
 		endpoints(r.dns, "10.0.0.1", "10.0.0.2")
 		r.wait(t, "reset", "ns/10-0-0-2@10.0.0.2:9005")

@@ -33,6 +33,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // Bounds the issue sets, with the defaults (4 s checks ±20%, 2.5 s timeout, 1-2 s
@@ -133,15 +134,12 @@ func (r *replica) doc(t *testing.T) peers.Document {
 // waitPeers waits until the replica lists exactly want.
 func (r *replica) waitPeers(t *testing.T, step string, within time.Duration, want ...string) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for deadline := start.Add(within); ; time.Sleep(10 * time.Millisecond) {
-		if got := names(r.doc(t)); slices.Equal(got, want) {
-			return time.Since(start)
+	return wait.For(t, within, func() string {
+		if got := names(r.doc(t)); !slices.Equal(got, want) {
+			return fmt.Sprintf("%s: the replica lists %v, want %v", step, got, want)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: after %s the replica lists %v, want %v", step, within, names(r.doc(t)), want)
-		}
-	}
+		return ""
+	})
 }
 
 // sampler reads the replica's /debug/peers every 20 ms and remembers the smallest
@@ -149,6 +147,7 @@ func (r *replica) waitPeers(t *testing.T, step string, within time.Duration, wan
 type sampler struct {
 	stop    chan struct{}
 	done    chan struct{}
+	ending  sync.Once
 	mu      sync.Mutex
 	lost    []string // peers of the kept set missing from some sample
 	staleAt time.Time
@@ -193,8 +192,9 @@ func (r *replica) sample(kept []string) *sampler {
 	return s
 }
 
+// end stops the sampler (once; later calls wait for it too).
 func (s *sampler) end() {
-	close(s.stop)
+	s.ending.Do(func() { close(s.stop) })
 	<-s.done
 }
 
@@ -218,17 +218,13 @@ type fault struct {
 func runFault(t *testing.T, r *replica, f fault) {
 	t.Helper()
 	s := r.sample([]string{"epp-1", "epp-2"})
+	t.Cleanup(s.end)
 	start := time.Now()
 	f.inject(t, r)
-	for deadline := start.Add(detectWithin + 5*time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if at, _ := s.stale(); !at.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			s.end()
-			t.Fatalf("%s: /debug/peers not stale %s after the fault", f.name, time.Since(start).Round(time.Millisecond))
-		}
-	}
+	wait.Until(t, detectWithin+5*time.Second, f.name+": /debug/peers stale after the fault", func() bool {
+		at, _ := s.stale()
+		return !at.IsZero()
+	})
 	at, reasons := s.stale()
 	detected := at.Sub(start)
 	if detected > detectWithin {
@@ -254,14 +250,11 @@ func runFault(t *testing.T, r *replica, f fault) {
 	}
 	followed := r.waitPeers(t, f.name+": after the fault", within+10*time.Second, "epp-1", "epp-2", "epp-3")
 	s.end()
+	wait.Until(t, within+10*time.Second, f.name+": fresh after the fault ended", func() bool {
+		d := r.doc(t)
+		return d.Stale == nil || !*d.Stale
+	})
 	fresh := time.Since(restored)
-	for d := r.doc(t); d.Stale != nil && *d.Stale; d = r.doc(t) {
-		if time.Since(restored) > within+10*time.Second {
-			t.Fatalf("%s: still stale %s after the fault ended", f.name, time.Since(restored))
-		}
-		time.Sleep(10 * time.Millisecond)
-		fresh = time.Since(restored)
-	}
 	if followed > within || fresh > within {
 		t.Errorf("%s: a change made when the fault ended reached /debug/peers after %s (fresh after %s), want within %s",
 			f.name, followed.Round(time.Millisecond), fresh.Round(time.Millisecond), within)
@@ -447,14 +440,12 @@ func TestAPIServerRestart(t *testing.T) {
 
 func waitAPIServer(t *testing.T) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := adminCS.Discovery().ServerVersion(); err == nil {
-			return
+	wait.ForEvery(t, 60*time.Second, 100*time.Millisecond, func() string {
+		if _, err := adminCS.Discovery().ServerVersion(); err != nil {
+			return "the API server does not answer since its restart: " + err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the API server did not answer within 60 s of its restart")
-		}
-	}
+		return ""
+	})
 }
 
 func mustSet(t *testing.T, p *faultproxy.Proxy, m faultproxy.Mode, divert string) {

@@ -3,12 +3,10 @@ package faults_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,7 +14,9 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/faultproxy"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 )
@@ -85,14 +85,13 @@ func TestNoThunderingHerd(t *testing.T) {
 		procs = append(procs, p)
 	}
 	for i, p := range procs {
-		for deadline := time.Now().Add(30 * time.Second); p.metrics == ""; time.Sleep(20 * time.Millisecond) {
+		wait.For(t, 30*time.Second, func() string {
 			if m := startedRE.FindStringSubmatch(p.out.String()); m != nil {
 				p.metrics = m[1]
+				return ""
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("replica epp-%d did not start within 30 s:\n%s", i, p.out.String())
-			}
-		}
+			return fmt.Sprintf("replica epp-%d did not start:\n%s", i, p.out.String())
+		})
 	}
 	defer func() {
 		if t.Failed() {
@@ -101,18 +100,17 @@ func TestNoThunderingHerd(t *testing.T) {
 			}
 		}
 	}()
-	client := &http.Client{Timeout: 2 * time.Second}
-	// all polls every replica's /debug/peers (on 127.0.0.1) until cond holds for all.
+	// all polls every replica's /debug/peers (on 127.0.0.1), every 200 ms, until cond
+	// holds for all.
 	all := func(what string, within time.Duration, cond func(peers.Document) bool) time.Duration {
 		t.Helper()
-		start := time.Now()
-		for deadline := start.Add(within); ; time.Sleep(200 * time.Millisecond) {
+		return wait.ForEvery(t, within, 200*time.Millisecond, func() string {
 			ok := 0
 			var wg sync.WaitGroup
 			var mu sync.Mutex
 			for _, p := range procs {
 				wg.Go(func() {
-					doc, err := fetchDoc(client, p.metrics)
+					doc, _, err := peerdoc.Get(p.metrics)
 					if err == nil && cond(doc) {
 						mu.Lock()
 						ok++
@@ -121,13 +119,11 @@ func TestNoThunderingHerd(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			if ok == len(procs) {
-				return time.Since(start)
+			if ok != len(procs) {
+				return fmt.Sprintf("%s: %d of %d replicas", what, ok, len(procs))
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d of %d replicas after %s", what, ok, len(procs), within)
-			}
-		}
+			return ""
+		})
 	}
 	all("synced", 60*time.Second, func(d peers.Document) bool {
 		return d.Synced != nil && *d.Synced && len(d.Peers) == herdReplicas-1
@@ -183,19 +179,6 @@ func TestNoThunderingHerd(t *testing.T) {
 
 // startedRE finds the metrics address in epp's "epp started" log line.
 var startedRE = regexp.MustCompile(`"msg":"epp started".*"metrics":"(127\.0\.0\.1:\d+)"`)
-
-func fetchDoc(client *http.Client, addr string) (peers.Document, error) {
-	var doc peers.Document
-	if !strings.HasPrefix(addr, "127.0.0.1:") {
-		return doc, fmt.Errorf("refusing %s: tests talk to 127.0.0.1 only", addr)
-	}
-	resp, err := client.Get("http://" + addr + "/debug/peers")
-	if err != nil {
-		return doc, err
-	}
-	defer resp.Body.Close()
-	return doc, jsonDecode(resp.Body, &doc)
-}
 
 func recordHerd(perSecond []int64, steady float64, peak int64, took time.Duration) {
 	figures.Lock()

@@ -8,9 +8,7 @@ package faults_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -114,5 +112,3 @@ func clusterAdminToken(cfg *rest.Config) (*rest.Config, error) {
 func servingCert() (certFile, keyFile string) {
 	return filepath.Join(certDir, "apiserver.crt"), filepath.Join(certDir, "apiserver.key")
 }
-
-func jsonDecode(r io.Reader, v any) error { return json.NewDecoder(r).Decode(v) }

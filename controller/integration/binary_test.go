@@ -19,7 +19,9 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // buildEpp builds the epp binary the way `make build` does, once per test run.
@@ -114,14 +116,13 @@ func TestBinaryServesPeers(t *testing.T) {
 		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr,
 	}, minimalEnv(t, "POD_NAME=epp-0", "POD_IP=10.0.0.1", "NAMESPACE="+ns))
 
-	eventually(t, 20*time.Second, func() string {
+	wait.For(t, 20*time.Second, func() string {
 		if code, body := get(t, probeAddr, "/readyz"); code != 200 {
 			return fmt.Sprintf("readyz: %d %s", code, body)
 		}
 		return ""
 	})
-	_, raw := get(t, metricsAddr, "/debug/peers")
-	doc, err := debugPeers(t, metricsAddr)
+	doc, raw, err := peerdoc.Get(metricsAddr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestBinaryServesPeers(t *testing.T) {
 		t.Fatalf("/debug/peers: %s", raw)
 	}
 	for _, field := range []string{`"enabled": true`, `"source": "endpointslice"`, `"synced": true`, `"updatedAt": "`, `"id": "` + ns + `/epp-1"`} {
-		if !strings.Contains(raw, field) {
+		if !strings.Contains(string(raw), field) {
 			t.Errorf("/debug/peers lacks %s:\n%s", field, raw)
 		}
 	}
@@ -146,7 +147,7 @@ func TestBinaryServesPeers(t *testing.T) {
 	if err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "epp-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		doc, err := debugPeers(t, metricsAddr)
 		if err != nil {
 			return err.Error()
@@ -165,14 +166,17 @@ func TestBinaryDisabledNeedsNoKubernetes(t *testing.T) {
 	metricsAddr, probeAddr := freeAddr(t), freeAddr(t)
 	startBinary(t, bin, []string{"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr},
 		minimalEnv(t))
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		if code, body := get(t, probeAddr, "/readyz"); code != 200 {
 			return fmt.Sprintf("readyz: %d %s", code, body)
 		}
 		return ""
 	})
-	_, raw := get(t, metricsAddr, "/debug/peers")
-	if compact := strings.Join(strings.Fields(raw), ""); compact != `{"enabled":false,"peers":[]}` {
+	_, raw, err := peerdoc.Get(metricsAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if compact := strings.Join(strings.Fields(string(raw)), ""); compact != `{"enabled":false,"peers":[]}` {
 		t.Fatalf("/debug/peers with peer discovery off = %s", raw)
 	}
 }
@@ -210,7 +214,7 @@ func TestBinaryFileSource(t *testing.T) {
 	}
 	expect := func(addr, step, want string) {
 		t.Helper()
-		eventually(t, 10*time.Second, func() string {
+		wait.For(t, 10*time.Second, func() string {
 			if got := peersOf(addr); got != want {
 				return fmt.Sprintf("%s: /debug/peers %q, want %q", step, got, want)
 			}
@@ -233,7 +237,7 @@ func TestBinaryFileSource(t *testing.T) {
 
 	writeFile("peers:\n- {name: epp-d, address: 192.0.2.400}\n")
 	// The bad edit was read once it shows: the view stale, the error naming it.
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		doc, err := debugPeers(t, first)
 		if err != nil {
 			return err.Error()
@@ -272,7 +276,7 @@ func startServing(t *testing.T, bin, ns string, args []string, extraEnv ...strin
 	startBinary(t, bin, append([]string{"--enable-peer-discovery", "--epp-peer-service=epp", "--kubeconfig=" + env.Kubeconfig,
 		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr}, args...),
 		minimalEnv(t, append([]string{"NAMESPACE=" + ns}, extraEnv...)...))
-	eventually(t, 20*time.Second, func() string {
+	wait.For(t, 20*time.Second, func() string {
 		if code, body := get(t, probeAddr, "/readyz"); code != 200 {
 			return fmt.Sprintf("readyz: %d %s", code, body)
 		}
@@ -299,7 +303,7 @@ func TestBinaryStopsOnSIGTERM(t *testing.T) {
 	out, stop := startStoppableBinary(t, bin, []string{"--enable-peer-discovery", "--epp-peer-service=epp", "--kubeconfig=" + env.Kubeconfig,
 		"--epp-peer-snapshot-file=" + snap, "--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=" + probeAddr},
 		minimalEnv(t, "NAMESPACE="+ns, "POD_NAME=epp-0", "POD_IP=10.0.0.1"))
-	eventually(t, 20*time.Second, func() string {
+	wait.For(t, 20*time.Second, func() string {
 		if b, err := os.ReadFile(snap); err != nil || !strings.Contains(string(b), ns+"/epp-1") {
 			return "no snapshot with epp-1 yet"
 		}

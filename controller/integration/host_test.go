@@ -22,6 +22,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // seenNames is what a host controller reconciled.
@@ -136,7 +137,7 @@ func TestHostManager(t *testing.T) {
 	}()
 
 	// Without the endpointslices Role: the host works, the peer part says why not.
-	eventually(t, 30*time.Second, func() string {
+	wait.For(t, 30*time.Second, func() string {
 		if !seen.has("host-config") || !seen.has("model-server-0") {
 			return "the host's controllers have not seen their ConfigMap and Pod"
 		}
@@ -174,7 +175,7 @@ func TestHostManager(t *testing.T) {
 	}
 
 	// The host's controllers and reads keep working.
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		if !seen.has("host-config") || !seen.has("model-server-0") {
 			return "the host's controllers have not seen their ConfigMap and Pod"
 		}
@@ -192,7 +193,7 @@ func TestHostManager(t *testing.T) {
 	if err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "epp-a", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		if n := len(store.Peers()); n != 0 {
 			return fmt.Sprintf("%d peers after the slice was deleted", n)
 		}

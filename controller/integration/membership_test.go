@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // viewOf renders a replica's /debug/peers peers as "name:ready/serving/terminating".
@@ -51,7 +52,7 @@ func TestBinaryMembershipAlive(t *testing.T) {
 
 	expect := func(step, addr, want string) {
 		t.Helper()
-		eventually(t, 10*time.Second, func() string {
+		wait.For(t, 10*time.Second, func() string {
 			if got := viewOf(t, addr); got != want {
 				return fmt.Sprintf("%s: peers %q, want %q", step, got, want)
 			}
@@ -90,7 +91,7 @@ func TestBinaryWithoutPodNameUsesTheHostName(t *testing.T) {
 		t.Fatalf("creating a slice with an endpoint named after the host %q: %v", host, err)
 	}
 	addr := startServing(t, bin, ns, nil)
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		doc, err := debugPeers(t, addr)
 		if err != nil {
 			return err.Error()

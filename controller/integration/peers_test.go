@@ -18,6 +18,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 func selfEnv(ns string) map[string]string {
@@ -40,7 +41,7 @@ func TestPeersFollowSliceChurn(t *testing.T) {
 		if want == nil {
 			want = []string{}
 		}
-		eventually(t, 10*time.Second, func() string {
+		wait.For(t, 10*time.Second, func() string {
 			if diff := cmp.Diff(want, peerIDs(a.Store.Peers())); diff != "" {
 				return fmt.Sprintf("%s: peers (-want +got):\n%s", step, diff)
 			}
@@ -49,7 +50,7 @@ func TestPeersFollowSliceChurn(t *testing.T) {
 	}
 
 	// Ready with no slice at all: synced does not wait for a slice to exist.
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		if code, body := get(t, a.ProbeAddr(), "/readyz"); code != http.StatusOK {
 			return fmt.Sprintf("readyz %d %s", code, body)
 		}
@@ -154,7 +155,7 @@ func TestSliceWithoutNamedPortUsesDefault(t *testing.T) {
 	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		if got := peerIDs(a.Store.Peers()); !slices.Equal(got, []string{ns + "/epp-1@10.0.0.2:9111"}) {
 			return fmt.Sprintf("peers %v", got)
 		}
@@ -178,19 +179,20 @@ func TestChangeRightAfterReadyIsNotLost(t *testing.T) {
 			t.Fatal(err)
 		}
 		a := startApp(t, env.Config, []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, selfEnv(ns))
-		// Act the very moment the replica is ready: spin instead of sleeping.
-		for deadline := time.Now().Add(10 * time.Second); a.Ready() != nil; {
-			if time.Now().After(deadline) {
-				t.Fatalf("not ready after 10s: %v", a.Ready())
+		// Act the moment the replica is ready (the first polls are a millisecond apart).
+		wait.For(t, 10*time.Second, func() string {
+			if err := a.Ready(); err != nil {
+				return fmt.Sprintf("not ready: %v", err)
 			}
-		}
+			return ""
+		})
 		if n := len(a.Store.Peers()); n != 1 {
 			t.Fatalf("ready with %d peers, want the 1 peer of the existing slice", n)
 		}
 		if err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Delete(ctx, "epp-a", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 10*time.Second, func() string {
+		wait.For(t, 10*time.Second, func() string {
 			if n := len(a.Store.Peers()); n != 0 {
 				return fmt.Sprintf("run %d: %d peers after the slice was deleted right after ready", i, n)
 			}
@@ -209,7 +211,7 @@ func TestPropagationDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := startApp(t, env.Config, []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, selfEnv(ns))
-	eventually(t, 20*time.Second, func() string {
+	wait.For(t, 20*time.Second, func() string {
 		if err := a.Ready(); err != nil {
 			return err.Error()
 		}
@@ -222,7 +224,7 @@ func TestPropagationDelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The delay is observed just after the publication, so wait for both.
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		if n := len(a.Store.Peers()); n != 1 {
 			return fmt.Sprintf("%d peers", n)
 		}

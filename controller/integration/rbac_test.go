@@ -15,6 +15,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // peerRole is the Role the README gives: exactly get, list, watch on endpointslices.
@@ -54,7 +55,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	a := startApp(t, saConfig, []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, selfEnv(ns))
 
 	// Not ready, with the missing permission in readyz, logs and the metric.
-	eventually(t, 20*time.Second, func() string {
+	wait.For(t, 20*time.Second, func() string {
 		if testutil.ToFloat64(metrics.For(peers.SourceEndpointSlice).Errors(metrics.ReasonForbidden)) <= forbiddenBefore {
 			return "no forbidden error counted yet"
 		}
@@ -84,14 +85,14 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, func() string {
+	wait.For(t, 60*time.Second, func() string {
 		if code, body := get(t, a.ProbeAddr(), "/readyz"); code != http.StatusOK {
 			return fmt.Sprintf("readyz %d %s", code, body)
 		}
 		return ""
 	})
 	t.Logf("ready %s after the RoleBinding was created", time.Since(granted).Round(time.Millisecond))
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		if got := peerIDs(a.Store.Peers()); strings.Join(got, ",") != ns+"/epp-1@10.0.0.2:9005" {
 			return fmt.Sprintf("peers %v", got)
 		}
@@ -102,7 +103,7 @@ func TestRBACLeastPrivilege(t *testing.T) {
 	if _, err := env.Clientset.DiscoveryV1().EndpointSlices(ns).Create(ctx, &s2, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		if n := len(a.Store.Peers()); n != 2 {
 			return fmt.Sprintf("%d peers after a new slice, want 2", n)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // unreachableGauge matches the gauge's line, whatever its discovery label.
@@ -53,7 +54,7 @@ func TestBinaryProbesPeers(t *testing.T) {
 	_, _, stopC := replica("epp-c", syncC)
 
 	// b answers its peer-sync port with its identity.
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		conn, err := net.DialTimeout("tcp", syncB, time.Second)
 		if err != nil {
 			return err.Error()
@@ -96,7 +97,7 @@ func TestBinaryProbesPeers(t *testing.T) {
 	}
 	expect := func(step, want string, within time.Duration) {
 		t.Helper()
-		eventually(t, within, func() string {
+		wait.For(t, within, func() string {
 			if got := reach(); got != want {
 				return fmt.Sprintf("%s: %s, want %s", step, got, want)
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // TestCacheHoldsOnlyTheServiceSlices proves the cache scoping: 1,000 slices of other
@@ -50,7 +51,7 @@ func TestCacheHoldsOnlyTheServiceSlices(t *testing.T) {
 	}
 
 	a := startApp(t, env.Config, []string{"--enable-peer-discovery", "--epp-peer-service=epp"}, selfEnv(ns))
-	eventually(t, 20*time.Second, func() string {
+	wait.For(t, 20*time.Second, func() string {
 		if err := a.Ready(); err != nil {
 			return err.Error()
 		}
@@ -74,7 +75,7 @@ func TestCacheHoldsOnlyTheServiceSlices(t *testing.T) {
 	if err := create(slicegen.Slice("epp-c", slicegen.Namespace(ns), slicegen.Pod("epp-4", "10.0.0.5"))); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, func() string {
+	wait.For(t, 10*time.Second, func() string {
 		if n := len(a.Store.Peers()); n != 3 {
 			return fmt.Sprintf("%d peers, want 3 after epp-c", n)
 		}

@@ -5,7 +5,6 @@ package integration_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
@@ -68,23 +68,6 @@ func startApp(t *testing.T, restConfig *rest.Config, args []string, envVars map[
 	return running{App: a, logs: logs}
 }
 
-// eventually polls cond every 50ms until it returns "" or timeout passes, then fails
-// with the last reason.
-func eventually(t *testing.T, timeout time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		reason := cond()
-		if reason == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", timeout, reason)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 var httpClient = &http.Client{Timeout: 5 * time.Second}
 
 // get fetches http://addr/path (addr is always 127.0.0.1) and returns status and body.
@@ -102,18 +85,14 @@ func get(t *testing.T, addr, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-// debugPeers fetches and decodes /debug/peers.
+// debugPeers reads /debug/peers at addr (127.0.0.1 only).
 func debugPeers(t *testing.T, addr string) (peers.Document, error) {
 	t.Helper()
-	code, body := get(t, addr, "/debug/peers")
-	var doc peers.Document
-	if code != http.StatusOK {
-		return doc, fmt.Errorf("GET /debug/peers: %d %s", code, body)
+	if !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("refusing to send a request to %s: tests talk to 127.0.0.1 only", addr)
 	}
-	if err := json.Unmarshal([]byte(body), &doc); err != nil {
-		return doc, fmt.Errorf("decoding /debug/peers %q: %w", body, err)
-	}
-	return doc, nil
+	doc, _, err := peerdoc.Get(addr)
+	return doc, err
 }
 
 // peerIDs formats peers as "id@address:port" for readable comparisons.

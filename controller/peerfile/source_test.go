@@ -18,6 +18,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 var self = peers.Self{Name: "epp-0", Addresses: []netip.Addr{netip.MustParseAddr("10.0.0.1")}}
@@ -58,16 +59,6 @@ func runWith(t *testing.T, cfg peerfile.Config, poll time.Duration) running {
 	return running{Source: src, Publisher: pub, store: store}
 }
 
-// waitUntil waits up to 5s for cond.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 func names(ps []peers.PeerMetadata) string {
 	var out []string
 	for _, p := range ps {
@@ -79,13 +70,12 @@ func names(ps []peers.PeerMetadata) string {
 // waitPeers waits up to 5s for the store to hold exactly want.
 func (r running) waitPeers(t *testing.T, step, want string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for names(r.store.Peers()) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: peers %q, want %q (last error: %v)", step, names(r.store.Peers()), want, r.LastError())
+	wait.For(t, 5*time.Second, func() string {
+		if got := names(r.store.Peers()); got != want {
+			return fmt.Sprintf("%s: peers %q, want %q (last error: %v)", step, got, want, r.LastError())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func peersFile(entries ...string) []byte {
@@ -121,7 +111,7 @@ func TestReloadOnWriteCreateAndRename(t *testing.T) {
 	r := run(t, path, 0)
 
 	// Missing at start: not synced, with a clear reason.
-	waitUntil(t, "the first read", func() bool { return r.Reads() > 0 })
+	wait.Until(t, 5*time.Second, "the first read", func() bool { return r.Reads() > 0 })
 	if r.Synced() || r.LastError() == nil || !strings.Contains(r.LastError().Error(), "does not exist yet") {
 		t.Fatalf("missing file: synced=%v err=%v", r.Synced(), r.LastError())
 	}
@@ -205,9 +195,9 @@ func TestBadInputKeepsTheLastGoodSet(t *testing.T) {
 			errs := r.Metrics().Errors(b.reason)
 			before := testutil.ToFloat64(errs)
 			renameInto(t, path, []byte(b.content))
-			waitUntil(t, "a "+b.reason+" error counted", func() bool { return testutil.ToFloat64(errs) > before })
+			wait.Until(t, 5*time.Second, "a "+b.reason+" error counted", func() bool { return testutil.ToFloat64(errs) > before })
 			reads := r.Reads()
-			waitUntil(t, "several polls of the same bad content", func() bool { return r.Reads() >= reads+3 })
+			wait.Until(t, 5*time.Second, "several polls of the same bad content", func() bool { return r.Reads() >= reads+3 })
 			if got := testutil.ToFloat64(errs) - before; got != 1 {
 				t.Fatalf("%v errors counted for one bad file, want 1", got)
 			}
@@ -233,9 +223,9 @@ func TestBadInputKeepsTheLastGoodSet(t *testing.T) {
 	if err := os.Remove(path); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "a read error counted", func() bool { return testutil.ToFloat64(readErrs) > before })
+	wait.Until(t, 5*time.Second, "a read error counted", func() bool { return testutil.ToFloat64(readErrs) > before })
 	reads := r.Reads()
-	waitUntil(t, "several polls of the missing file", func() bool { return r.Reads() >= reads+3 })
+	wait.Until(t, 5*time.Second, "several polls of the missing file", func() bool { return r.Reads() >= reads+3 })
 	if got := testutil.ToFloat64(readErrs) - before; got != 1 {
 		t.Fatalf("%v read errors for a removed file, want 1", got)
 	}
@@ -308,7 +298,7 @@ func TestZeroPollIntervalIsTheDefault(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- src.Run(ctx) }()
-	waitUntil(t, "the first read", pub.Synced)
+	wait.Until(t, 5*time.Second, "the first read", pub.Synced)
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -334,9 +324,9 @@ func TestUnwatchableFolderIsLogged(t *testing.T) {
 			t.Errorf("Run: %v", err)
 		}
 	}()
-	waitUntil(t, "the watch failure logged", func() bool { return strings.Contains(logs.String(), "cannot watch the peers file's folder") })
+	wait.Until(t, 5*time.Second, "the watch failure logged", func() bool { return strings.Contains(logs.String(), "cannot watch the peers file's folder") })
 	reads := src.Reads()
-	waitUntil(t, "a few polls", func() bool { return src.Reads() >= reads+3 })
+	wait.Until(t, 5*time.Second, "a few polls", func() bool { return src.Reads() >= reads+3 })
 	if n := strings.Count(logs.String(), "cannot watch the peers file's folder"); n != 1 {
 		t.Fatalf("the watch failure was logged %d times, want once", n)
 	}
@@ -344,6 +334,6 @@ func TestUnwatchableFolderIsLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, path, peersFile("epp-1=10.0.0.2"))
-	waitUntil(t, "the file read by polling", pub.Synced)
-	waitUntil(t, "the folder watched", func() bool { return strings.Contains(logs.String(), "watching the peers file's folder again") })
+	wait.Until(t, 5*time.Second, "the file read by polling", pub.Synced)
+	wait.Until(t, 5*time.Second, "the folder watched", func() bool { return strings.Contains(logs.String(), "watching the peers file's folder again") })
 }

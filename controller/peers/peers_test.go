@@ -16,6 +16,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 func p(name, addr string, port int32) peers.PeerMetadata {
@@ -252,15 +253,14 @@ func TestFollowDeliversInOrderFromOneGoroutine(t *testing.T) {
 
 	waitCalls := func(n int) []string {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-			calls, _ := log.snapshot()
-			if len(calls) >= n {
-				return calls
+		var calls []string
+		wait.For(t, 5*time.Second, func() string {
+			if calls, _ = log.snapshot(); len(calls) < n {
+				return fmt.Sprintf("calls %v, want %d", calls, n)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("after 5s: calls %v, want %d", calls, n)
-			}
-		}
+			return ""
+		})
+		return calls
 	}
 	waitCalls(1)
 	// Changes from several goroutines: every call still comes from Follow's.
@@ -299,17 +299,16 @@ func TestFollowCoalescesForASlowNotifier(t *testing.T) {
 		s.DeletePeer("ns/b")
 	}
 	close(release)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
-		if calls, _ := log.snapshot(); len(calls) >= 2 {
-			break
+	// A last change marks the end: once z is delivered, everything before it was.
+	s.UpsertPeer(p("z", "10.0.0.26", 1))
+	var calls []string
+	wait.For(t, 5*time.Second, func() string {
+		if calls, _ = log.snapshot(); len(calls) == 0 || calls[len(calls)-1] != "upsert ns/z" {
+			return fmt.Sprintf("calls %v, want them to end with z's upsert", calls)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no second call")
-		}
-	}
-	time.Sleep(20 * time.Millisecond)
-	calls, _ := log.snapshot()
-	if strings.Join(calls, ",") != "upsert ns/a,upsert ns/a" {
+		return ""
+	})
+	if strings.Join(calls, ",") != "upsert ns/a,upsert ns/a,upsert ns/z" {
 		t.Fatalf("calls %v: a slow notifier gets the net change (a's newest port), not a backlog", calls)
 	}
 	if got, _ := s.Peer("ns/a"); got.Port != 50 {
@@ -384,11 +383,12 @@ func TestFollowerEndsWithTheStoresSet(t *testing.T) {
 			}
 		}
 		want := store.Peers()
-		for deadline := time.Now().Add(5 * time.Second); !slices.Equal(follower.Peers(), want); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: the follower holds %v, the store %v", round, follower.Peers(), want)
+		wait.For(t, 5*time.Second, func() string {
+			if got := follower.Peers(); !slices.Equal(got, want) {
+				return fmt.Sprintf("round %d: the follower holds %v, the store %v", round, got, want)
 			}
-		}
+			return ""
+		})
 	}
 }
 

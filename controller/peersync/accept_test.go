@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // fdChildEnv runs TestFDLimitedReplica as the child of
@@ -123,8 +124,12 @@ func TestAcceptErrorsNeverStopTheSyncer(t *testing.T) {
 	// The peer reconnects (discovery drops the child and lists it again), with a new
 	// value: the child admits it and counts it.
 	peer.members.DeletePeer(child0.ID())
-	eventually(t, 5*time.Second, func() bool { return testutil.ToFloat64(peersGauge.WithLabelValues(peer.instance)) == 0 },
-		func() string { return "the peer did not drop the child" })
+	wait.For(t, 5*time.Second, func() string {
+		if testutil.ToFloat64(peersGauge.WithLabelValues(peer.instance)) == 0 {
+			return ""
+		}
+		return "the peer did not drop the child"
+	})
 	peer.members.UpsertPeer(child0)
 	if err := peer.s.Set("k", "ns/e", &load{Requests: 5}); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // inbox records what a replica's broadcast received.
@@ -75,7 +76,7 @@ func TestBroadcastReachesEveryPeerWithinTheWindow(t *testing.T) {
 		sent := time.Now()
 		bs[0].Publish([]byte(msg))
 		for _, box := range boxes[1:] {
-			eventually(t, 5*time.Second, func() bool { _, ok := box.has(msg); return ok }, func() string { return msg + " did not arrive" })
+			wait.Until(t, 5*time.Second, msg+" to arrive", func() bool { _, ok := box.has(msg); return ok })
 			at, _ := box.has(msg)
 			lat = append(lat, at.Sub(sent))
 		}
@@ -95,7 +96,10 @@ func TestBroadcastReachesEveryPeerWithinTheWindow(t *testing.T) {
 	for i := range 1000 {
 		bs[0].Publish([]byte(fmt.Sprintf("burst-%d", i)))
 	}
-	eventually(t, 5*time.Second, func() bool { return boxes[2].count() == 1100 }, func() string {
+	wait.For(t, 5*time.Second, func() string {
+		if boxes[2].count() == 1100 {
+			return ""
+		}
 		return fmt.Sprintf("replica 2 has %d of 1,100 messages", boxes[2].count())
 	})
 	if frames := testutil.ToFloat64(broadcastMessages.WithLabelValues(rs[0].instance, "placements", "sent")) - frames0; frames > 20 {
@@ -106,7 +110,7 @@ func TestBroadcastReachesEveryPeerWithinTheWindow(t *testing.T) {
 	bs[0].Publish([]byte("bad"))
 	rs[1].waitRejected(t, 2*time.Second, RejectUndecodable, before, "a message Receive refuses")
 	bs[0].Publish([]byte("after"))
-	eventually(t, 2*time.Second, func() bool { _, ok := boxes[1].has("after"); return ok }, func() string { return "no message after a refused one" })
+	wait.Until(t, 2*time.Second, "a message after a refused one", func() bool { _, ok := boxes[1].has("after"); return ok })
 }
 
 func keysOf(m map[string][]string) []string {
@@ -120,7 +124,7 @@ func keysOf(m map[string][]string) []string {
 
 func waitForBroadcastConns(t *testing.T, rs []*replica) {
 	t.Helper()
-	eventually(t, 5*time.Second, func() bool {
+	wait.Until(t, 5*time.Second, "every replica's connections to take broadcasts", func() bool {
 		for _, r := range rs {
 			r.s.mu.Lock()
 			outs := r.s.outStreams()
@@ -135,7 +139,7 @@ func waitForBroadcastConns(t *testing.T, rs []*replica) {
 			}
 		}
 		return true
-	}, func() string { return "the replicas' connections do not all take broadcasts" })
+	})
 }
 
 // TestBroadcastSnapshotWarmsANewReplica: a replica that starts asks one peer for
@@ -179,8 +183,7 @@ func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
 	without := startReplica(t, "without")
 	late.members.UpsertPeer(without.meta())
 	without.members.UpsertPeer(late.meta())
-	eventually(t, 5*time.Second, func() bool { _, no := b.declined.Load("ns/without"); return no },
-		func() string { return "the peer without the broadcast did not decline" })
+	wait.Until(t, 5*time.Second, "the peer without the broadcast to decline", func() bool { _, no := b.declined.Load("ns/without"); return no })
 	select {
 	case <-b.Warm():
 		t.Fatal("warm from a peer that has no broadcast of the name")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // The tests of this file speak the wire by hand, as a hostile or broken peer would.
@@ -27,8 +28,12 @@ func (r *replica) rejected(reason string) float64 {
 // waitRejected waits until r counted more than before rejections for reason.
 func (r *replica) waitRejected(t *testing.T, within time.Duration, reason string, before float64, what string) {
 	t.Helper()
-	eventually(t, within, func() bool { return r.rejected(reason) > before },
-		func() string { return what + ": not counted as " + reason })
+	wait.For(t, within, func() string {
+		if r.rejected(reason) > before {
+			return ""
+		}
+		return what + ": not counted as " + reason
+	})
 }
 
 // listFake makes r's discovery list a peer named name at 127.0.0.1 (nothing listens
@@ -140,10 +145,12 @@ func TestKeysArePerPeerBoundedAndDropped(t *testing.T) {
 		}
 		conns = append(conns, c)
 	}
-	eventually(t, 2*time.Second, func() bool { return len(r.s.Document("peer-", "").Keys) == 32 },
-		func() string {
-			return fmt.Sprintf("%d keys defined by 4 peers, want 32", len(r.s.Document("peer-", "").Keys))
-		})
+	wait.For(t, 2*time.Second, func() string {
+		if len(r.s.Document("peer-", "").Keys) == 32 {
+			return ""
+		}
+		return fmt.Sprintf("%d keys defined by 4 peers, want 32", len(r.s.Document("peer-", "").Keys))
+	})
 	before = r.rejected(RejectTooManyKeys)
 	c5 := rawPeer(t, r, "m-4", start)
 	if _, err := c5.Write(wire.AppendState(nil, fullState(1, 1, "ns/e"))); err != nil {
@@ -155,11 +162,12 @@ func TestKeysArePerPeerBoundedAndDropped(t *testing.T) {
 	if _, err := conns[0].Write(wire.AppendState(nil, &wire.State{Full: true, Seq: 2})); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 2*time.Second, func() bool {
+	wait.For(t, 2*time.Second, func() string {
 		r.s.sweep()
-		return len(r.s.Document("peer-0-", "").Keys) == 0
-	}, func() string {
-		return fmt.Sprintf("keys no peer defines any more are kept: %v", r.s.Document("peer-0-", "").Keys)
+		if keys := r.s.Document("peer-0-", "").Keys; len(keys) > 0 {
+			return fmt.Sprintf("keys no peer defines any more are kept: %v", keys)
+		}
+		return ""
 	})
 	if got := len(r.s.Document("peer-", "").Keys); got != 24 {
 		t.Errorf("after peer 0 dropped its keys: %d keys, want the other peers' 24", got)
@@ -194,10 +202,12 @@ func TestHelloIsCappedBeforeAdmission(t *testing.T) {
 			_, _ = c.Write(append(b, junk...))
 		}()
 	}
-	eventually(t, 10*time.Second, func() bool { return counted()-before >= 300 },
-		func() string {
-			return fmt.Sprintf("%v of 300 oversized hellos counted as %v", counted()-before, reasons)
-		})
+	wait.For(t, 10*time.Second, func() string {
+		if counted()-before >= 300 {
+			return ""
+		}
+		return fmt.Sprintf("%v of 300 oversized hellos counted as %v", counted()-before, reasons)
+	})
 	if grown := int64(heapInUse()) - int64(heap0); grown > 64<<20 {
 		t.Errorf("the heap grew by %d MB for 300 refused hellos", grown>>20)
 	}
@@ -217,11 +227,11 @@ func TestPendingConnectionsAreBoundedPerSource(t *testing.T) {
 		c := dial(t, r)
 		_, _ = c.Write([]byte(wire.Preface)) // and no hello
 	}
-	eventually(t, 5*time.Second, func() bool {
-		return r.rejected(RejectTooManyPending)-pendingBefore >= 96 && r.rejected(RejectHandshakeTimeout)-timeoutsBefore >= 4
-	}, func() string {
-		return fmt.Sprintf("too-many-pending +%v (want 96), handshake-timeout +%v (want 4)",
-			r.rejected(RejectTooManyPending)-pendingBefore, r.rejected(RejectHandshakeTimeout)-timeoutsBefore)
+	wait.For(t, 5*time.Second, func() string {
+		if r.rejected(RejectTooManyPending)-pendingBefore >= 96 && r.rejected(RejectHandshakeTimeout)-timeoutsBefore >= 4 {
+			return ""
+		}
+		return fmt.Sprintf("too-many-pending +%v (want 96), handshake-timeout +%v (want 4)", r.rejected(RejectTooManyPending)-pendingBefore, r.rejected(RejectHandshakeTimeout)-timeoutsBefore)
 	})
 	if got := testutil.ToFloat64(pendingGauge.WithLabelValues(r.instance)); got != 0 {
 		t.Errorf("epp_peer_sync_pending_connections = %v after the timeout, want 0", got)
@@ -314,10 +324,12 @@ func TestEntriesAreBoundedByThePool(t *testing.T) {
 	if _, err := c.Write(wire.AppendState(nil, fullState(1, bound, "ns/pool"))); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, func() bool { return r.requests("key-0", "ns/pool-999") == 2 },
-		func() string {
-			return fmt.Sprintf("a full state within the bound: Get = %d, want 2", r.requests("key-0", "ns/pool-999"))
-		})
+	wait.For(t, 5*time.Second, func() string {
+		if r.requests("key-0", "ns/pool-999") == 2 {
+			return ""
+		}
+		return fmt.Sprintf("a full state within the bound: Get = %d, want 2", r.requests("key-0", "ns/pool-999"))
+	})
 }
 
 // TestMemoryPerEntry measures what a peer's entry costs this replica, the figures

@@ -1,12 +1,15 @@
 package peersync
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // TestMetricsOfAnExchange: what an operator reads off two replicas that sync: the
@@ -26,9 +29,10 @@ func TestMetricsOfAnExchange(t *testing.T) {
 	gauge := func(g *prometheus.GaugeVec, r *replica) float64 {
 		return testutil.ToFloat64(g.WithLabelValues(r.instance))
 	}
-	eventually(t, 5*time.Second, func() bool {
-		return gauge(peersGauge, a) == 1 && gauge(inSync, a) == 1 && gauge(peersGauge, b) == 1 && gauge(inSync, b) == 1
-	}, func() string {
+	wait.For(t, 5*time.Second, func() string {
+		if gauge(peersGauge, a) == 1 && gauge(inSync, a) == 1 && gauge(peersGauge, b) == 1 && gauge(inSync, b) == 1 {
+			return ""
+		}
 		return "epp_peer_sync_peers and _peers_in_sync: want 1 and 1 on both replicas"
 	})
 
@@ -45,12 +49,14 @@ func TestMetricsOfAnExchange(t *testing.T) {
 	}
 	sent0, sentMsgs0, push0 := counter(sentBytes, a), counter(sentMessages, a), pushes(a)
 	got0, gotMsgs0 := counter(receivedBytes, b), counter(receivedMessages, b)
-	time.Sleep(20 * testInterval)
+	wait.For(t, 5*time.Second, func() string {
+		if n := counter(sentMessages, a) - sentMsgs0; n < 10 {
+			return fmt.Sprintf("A wrote %v heartbeats, want 10", n)
+		}
+		return ""
+	})
 	sent, sentMsgs, pushed := counter(sentBytes, a)-sent0, counter(sentMessages, a)-sentMsgs0, pushes(a)-push0
 	got, gotMsgs := counter(receivedBytes, b)-got0, counter(receivedMessages, b)-gotMsgs0
-	if sentMsgs < 3 {
-		t.Fatalf("A wrote %v messages in 20 intervals", sentMsgs)
-	}
 	if d := float64(pushed) - sentMsgs; d < -1 || d > 1 {
 		t.Errorf("push durations observed %d times for %v messages written: want one per message", pushed, sentMsgs)
 	}
@@ -67,7 +73,10 @@ func TestMetricsOfAnExchange(t *testing.T) {
 
 	// Discovery removes B from A's peers: A's gauges go to 0 at once.
 	a.members.DeletePeer(b.meta().ID())
-	eventually(t, 2*time.Second, func() bool { return gauge(peersGauge, a) == 0 && gauge(inSync, a) == 0 }, func() string {
+	wait.For(t, 2*time.Second, func() string {
+		if gauge(peersGauge, a) == 0 && gauge(inSync, a) == 0 {
+			return ""
+		}
 		return "epp_peer_sync_peers and _peers_in_sync of A after B was removed: want 0 and 0"
 	})
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // fleet is the EndpointSlices of an EPP Service as the replicas' discovery sees
@@ -244,9 +245,10 @@ func TestNonPeerIsRefusedInTimeAndBounded(t *testing.T) {
 		}
 	}()
 	inSyncWithAll(t, 5*time.Second, rs)
-	eventually(t, timeout+5*time.Second, func() bool {
-		return r.rejected(RejectTooManyPending)-pendingBefore+r.rejected(RejectUnknownSource)-unknownBefore >= 1000
-	}, func() string {
+	wait.For(t, timeout+5*time.Second, func() string {
+		if r.rejected(RejectTooManyPending)-pendingBefore+r.rejected(RejectUnknownSource)-unknownBefore >= 1000 {
+			return ""
+		}
 		return fmt.Sprintf("of 1,000: too-many-pending %v, unknown-source %v", r.rejected(RejectTooManyPending)-pendingBefore, r.rejected(RejectUnknownSource)-unknownBefore)
 	})
 	close(stop)

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 const testInterval = 20 * time.Millisecond
@@ -120,32 +121,18 @@ func (r *replica) requests(key, endpoint string) int64 {
 	return v.(*load).Requests
 }
 
-// eventually waits up to within for cond, failing with what describe says.
-func eventually(t *testing.T, within time.Duration, cond func() bool, describe func() string) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("after %v: %s", within, describe())
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 func waitSum(t *testing.T, within time.Duration, rs []*replica, key, endpoint string, want int64) time.Duration {
 	t.Helper()
-	return eventually(t, within, func() bool {
-		for _, r := range rs {
-			if r.requests(key, endpoint) != want {
-				return false
-			}
-		}
-		return true
-	}, func() string {
+	return wait.For(t, within, func() string {
 		var got []string
+		all := true
 		for _, r := range rs {
-			got = append(got, r.name+"="+strconv.FormatInt(r.requests(key, endpoint), 10))
+			n := r.requests(key, endpoint)
+			all = all && n == want
+			got = append(got, r.name+"="+strconv.FormatInt(n, 10))
+		}
+		if all {
+			return ""
 		}
 		return fmt.Sprintf("%s %s: want %d on every replica, got %s", key, endpoint, want, strings.Join(got, " "))
 	})
@@ -198,13 +185,24 @@ func TestValuesReachEveryReplicaAndSum(t *testing.T) {
 		}
 	}
 	waitSum(t, 5*time.Second, rs, key, "ns/m-499", 3)
-	before := testutil.ToFloat64(sentMessages.WithLabelValues(rs[0].instance))
-	time.Sleep(10 * testInterval)
-	sent := testutil.ToFloat64(sentMessages.WithLabelValues(rs[0].instance)) - before
-	// At most one message per peer per interval (one more for a tick at either end);
-	// a loaded machine may skip ticks, so the floor is low.
-	if sent < 2*3 || sent > 2*12 {
-		t.Errorf("replica 0 sent %v messages in 10 intervals to 2 peers, want at most one per peer per interval (20)", sent)
+	// Wait for 20 messages from replica 0 (ten intervals' worth to its 2 peers), then
+	// check how long they took: at most one message per peer per interval, one more
+	// for a tick at either end, however many endpoints changed (a loaded machine may
+	// skip ticks, which only makes it slower).
+	sentSince := func() func() float64 {
+		before := testutil.ToFloat64(sentMessages.WithLabelValues(rs[0].instance))
+		return func() float64 { return testutil.ToFloat64(sentMessages.WithLabelValues(rs[0].instance)) - before }
+	}()
+	start = time.Now()
+	wait.For(t, 5*time.Second, func() string {
+		if n := sentSince(); n < 2*10 {
+			return fmt.Sprintf("replica 0 sent %v messages to its 2 peers, want 20", n)
+		}
+		return ""
+	})
+	sent, intervals := sentSince(), float64(time.Since(start)/testInterval)
+	if sent > 2*(intervals+2) {
+		t.Errorf("replica 0 sent %v messages to 2 peers in %v intervals, want at most one per peer per interval", sent, intervals)
 	}
 }
 
@@ -221,7 +219,10 @@ func TestPeerRemovedByDiscoveryStopsCountingAtOnce(t *testing.T) {
 	// Replica 1 stops listing replica 0 (say its pod went away): from the next Get on,
 	// replica 0's value no longer counts there, without waiting for any message.
 	rs[1].members.DeletePeer("ns/" + rs[0].name)
-	took := eventually(t, time.Second, func() bool { return rs[1].requests(key, ep) == 2 }, func() string {
+	took := wait.For(t, time.Second, func() string {
+		if rs[1].requests(key, ep) == 2 {
+			return ""
+		}
 		return fmt.Sprintf("replica 1 still sums %d", rs[1].requests(key, ep))
 	})
 	if took > time.Second {
@@ -236,8 +237,12 @@ func TestPeerRemovedByDiscoveryStopsCountingAtOnce(t *testing.T) {
 		return testutil.ToFloat64(rejections.WithLabelValues(rs[1].instance, RejectUnknownSource)) +
 			testutil.ToFloat64(rejections.WithLabelValues(rs[1].instance, RejectIdentity))
 	}
-	eventually(t, DefaultHandshakeTimeout+3*time.Second, func() bool { return refused() > 0 },
-		func() string { return "replica 1 counted no rejection of the removed peer's connections" })
+	wait.For(t, DefaultHandshakeTimeout+3*time.Second, func() string {
+		if refused() > 0 {
+			return ""
+		}
+		return "replica 1 counted no rejection of the removed peer's connections"
+	})
 	if got := rs[1].requests(key, ep); got != 2 {
 		t.Fatalf("replica 0 counts again on replica 1 (%d) after being removed", got)
 	}
@@ -269,20 +274,16 @@ func TestRestartedPeerIsNeverCountedTwice(t *testing.T) {
 	if err := again.s.Set(key, "ns/a", &load{Requests: 7}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for {
+	wait.For(t, 2*time.Second, func() string {
 		a, b := rs[1].requests(key, "ns/a"), rs[1].requests(key, "ns/b")
 		if a == 5+7+1 || a > 8 {
 			t.Fatalf("replica 1 counts the restarted peer's old and new values: ns/a = %d", a)
 		}
 		if a == 8 && b == 1 {
-			break // the new run's 7 plus its own 1; the old run's ns/b gone
+			return "" // the new run's 7 plus its own 1; the old run's ns/b gone
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replica 1: ns/a = %d (want 8), ns/b = %d (want 1)", a, b)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return fmt.Sprintf("replica 1: ns/a = %d (want 8), ns/b = %d (want 1)", a, b)
+	})
 }
 
 func TestSilentPeerExpiresAfterTTLAndComesBack(t *testing.T) {
@@ -298,7 +299,10 @@ func TestSilentPeerExpiresAfterTTLAndComesBack(t *testing.T) {
 	// stopped by cutting the membership it pushes to, while replica 1 still lists it.
 	rs[0].members.DeletePeer("ns/" + rs[1].name)
 	start := time.Now()
-	took := eventually(t, 2*time.Second, func() bool { return rs[1].requests(key, ep) == 1 }, func() string {
+	took := wait.For(t, 2*time.Second, func() string {
+		if rs[1].requests(key, ep) == 1 {
+			return ""
+		}
 		return fmt.Sprintf("replica 1 still sums %d", rs[1].requests(key, ep))
 	})
 	ttl := rs[1].s.TTL()
@@ -326,9 +330,12 @@ func TestOnlyDiscoveredPeersMayPush(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSum(t, 2*time.Second, rs, "k", "ns/e", 1)
-	eventually(t, 2*time.Second, func() bool {
-		return testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, RejectIdentity)) > 0
-	}, func() string { return "replica 0 did not reject the stranger (same address, another identity)" })
+	wait.For(t, 2*time.Second, func() string {
+		if testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, RejectIdentity)) > 0 {
+			return ""
+		}
+		return "replica 0 did not reject the stranger (same address, another identity)"
+	})
 	time.Sleep(5 * testInterval)
 	if got := rs[0].requests("k", "ns/e"); got != 1 {
 		t.Fatalf("replica 0 counts %d: a replica outside its peer set pushed", got)
@@ -373,9 +380,12 @@ func TestMalformedAndOversizedInputIsACountedRejection(t *testing.T) {
 	} {
 		before := testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, c.reason))
 		send(c.payload)
-		eventually(t, 2*time.Second, func() bool {
-			return testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, c.reason)) > before
-		}, func() string { return name + ": not counted as " + c.reason })
+		wait.For(t, 2*time.Second, func() string {
+			if testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, c.reason)) > before {
+				return ""
+			}
+			return name + ": not counted as " + c.reason
+		})
 	}
 	// An oversized value in a well-formed message: that value is left out, counted.
 	big := &wire.State{Full: true, Seq: 1,
@@ -384,9 +394,12 @@ func TestMalformedAndOversizedInputIsACountedRejection(t *testing.T) {
 		Values:  []wire.ValueDef{{Entry: 1, Data: make([]byte, 100)}, {Entry: 2, Data: []byte{4}}}}
 	before := testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, RejectValueTooLarge))
 	go send(append(append([]byte(wire.Preface), h...), wire.AppendState(nil, big)...))
-	eventually(t, 2*time.Second, func() bool {
-		return testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, RejectValueTooLarge)) > before
-	}, func() string { return "an oversized value was not counted" })
+	wait.For(t, 2*time.Second, func() string {
+		if testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, RejectValueTooLarge)) > before {
+			return ""
+		}
+		return "an oversized value was not counted"
+	})
 	// And replica 0 is still serving: the genuine peer's value still counts.
 	time.Sleep(5 * testInterval)
 	waitSum(t, 2*time.Second, rs, "k", "ns/e", 1)

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // writeTLSDir writes a Secret-like directory (ca.crt, tls.crt, tls.key) with a
@@ -105,9 +107,12 @@ func TestMutualTLS(t *testing.T) {
 	if err := x.s.Set("k", "ns/e", &load{Requests: 100}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Second, func() bool {
-		return testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, RejectTLS)) > 0
-	}, func() string { return "the other CA's certificate was not refused" })
+	wait.For(t, 3*time.Second, func() string {
+		if testutil.ToFloat64(rejections.WithLabelValues(rs[0].instance, RejectTLS)) > 0 {
+			return ""
+		}
+		return "the other CA's certificate was not refused"
+	})
 	time.Sleep(5 * testInterval)
 	if got := rs[0].requests("k", "ns/e"); got != 3 {
 		t.Fatalf("replica 0 sums %d, want 3 (the other CA's replica must not count)", got)
@@ -155,15 +160,21 @@ func TestCertificateMustNameTheReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := testutil.ToFloat64(rejections.WithLabelValues(r0.instance, RejectIdentity))
-	eventually(t, 3*time.Second, func() bool {
-		return testutil.ToFloat64(rejections.WithLabelValues(r0.instance, RejectIdentity)) > before
-	}, func() string { return "a certificate naming epp-1 was accepted for epp-2" })
+	wait.For(t, 3*time.Second, func() string {
+		if testutil.ToFloat64(rejections.WithLabelValues(r0.instance, RejectIdentity)) > before {
+			return ""
+		}
+		return "a certificate naming epp-1 was accepted for epp-2"
+	})
 	if got := r0.requests("k", "ns/e"); got != 3 {
 		t.Fatalf("replica 0 sums %d, want 3 (epp-2 must not count)", got)
 	}
 	// And epp-2 cannot dial replica 0 as what it is not, nor replica 0 accept it the
 	// other way: replica 0's pushes to epp-2 fail the name check.
-	eventually(t, 3*time.Second, func() bool {
-		return testutil.ToFloat64(connectErrors.WithLabelValues(r0.instance, "tls")) > 0
-	}, func() string { return "replica 0 pushed to a listener whose certificate names another replica" })
+	wait.For(t, 3*time.Second, func() string {
+		if testutil.ToFloat64(connectErrors.WithLabelValues(r0.instance, "tls")) > 0 {
+			return ""
+		}
+		return "replica 0 pushed to a listener whose certificate names another replica"
+	})
 }

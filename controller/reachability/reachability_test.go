@@ -13,6 +13,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // fakeNet is the dialer of the tests: each address is up or down, and an address
@@ -120,11 +121,12 @@ func start(t *testing.T, n int, opts reachability.Options) *harness {
 // clock: every probe loop is asleep and nothing is in flight but what hangs.
 func (h *harness) settle(want int) {
 	h.t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); h.clock.Waiters() != want; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("%d goroutines wait on the clock, want %d", h.clock.Waiters(), want)
+	wait.For(h.t, 5*time.Second, func() string {
+		if got := h.clock.Waiters(); got != want {
+			return fmt.Sprintf("%d goroutines wait on the clock, want %d", got, want)
 		}
-	}
+		return ""
+	})
 }
 
 // advance moves the fake clock by total in steps, letting the probe loops (waiters
@@ -243,17 +245,11 @@ func TestPeerLeavingMidProbe(t *testing.T) {
 	}
 	h.settle(3) // two asleep, and the hung probe's timeout
 	h.store.ApplyPeerChange(peers.Change{Deletes: []string{leaving.ID()}})
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+	wait.Until(t, 5*time.Second, "the probe of the peer that left to be cancelled", func() bool {
 		h.net.mu.Lock()
-		c := h.net.cancelled[leaving.HostPort()]
-		h.net.mu.Unlock()
-		if c == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the probe of the peer that left was not cancelled")
-		}
-	}
+		defer h.net.mu.Unlock()
+		return h.net.cancelled[leaving.HostPort()] == 1
+	})
 	h.advance(5*time.Second, 100*time.Millisecond, 2)
 	if got := len(h.net.dials(leaving.HostPort())); got != 1 {
 		t.Errorf("the peer that left was dialled %d times", got)

@@ -20,6 +20,20 @@ type T interface {
 // early on).
 func For(t T, within time.Duration, cond func() string) time.Duration {
 	t.Helper()
+	return poll(t, within, func(took time.Duration) time.Duration {
+		return min(max(took/10, time.Millisecond), 20*time.Millisecond)
+	}, cond)
+}
+
+// ForEvery is For polling every interval: for a condition that costs (a request to
+// each of fifty processes), where a duration within an interval is close enough.
+func ForEvery(t T, within, every time.Duration, cond func() string) time.Duration {
+	t.Helper()
+	return poll(t, within, func(time.Duration) time.Duration { return every }, cond)
+}
+
+func poll(t T, within time.Duration, pause func(took time.Duration) time.Duration, cond func() string) time.Duration {
+	t.Helper()
 	start := time.Now()
 	for {
 		why := cond()
@@ -31,7 +45,7 @@ func For(t T, within time.Duration, cond func() string) time.Duration {
 			t.Fatalf("after %v: %s", within, why)
 			return took
 		}
-		time.Sleep(min(max(took/10, time.Millisecond), 20*time.Millisecond))
+		time.Sleep(pause(took))
 	}
 }
 
