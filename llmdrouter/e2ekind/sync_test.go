@@ -40,6 +40,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/kindnode"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/inflight"
 )
@@ -136,36 +137,17 @@ func loads(addr string) (map[string]int64, error) {
 	return inflight.Requests(doc)
 }
 
-// waitLoads polls every 20 ms until every observer sees want, and returns how long
-// that took.
+// waitLoads waits until every observer (name -> its /debug/peer-sync address) sees
+// want (inflight.WaitLoads), logs and returns how long that took.
 func waitLoads(t *testing.T, step string, within time.Duration, observers map[string]string, want map[string]int64) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
-		var wrong []string
-		for name, addr := range observers {
-			got, err := loads(addr)
-			if err != nil {
-				wrong = append(wrong, name+": "+err.Error())
-				continue
-			}
-			for ep, n := range want {
-				if v, ok := got[ep]; !ok || v != n {
-					wrong = append(wrong, fmt.Sprintf("%s sees %s, want %s", name, inflight.Describe(got), inflight.Describe(want)))
-					break
-				}
-			}
-		}
-		if len(wrong) == 0 {
-			took := time.Since(start)
-			t.Logf("%s: after %v", step, took.Round(time.Millisecond))
-			return took
-		}
-		if time.Since(start) > within {
-			t.Fatalf("%s: not within %v:\n  %s", step, within, strings.Join(wrong, "\n  "))
-		}
-		time.Sleep(20 * time.Millisecond)
+	read := map[string]func() (map[string]int64, error){}
+	for name, addr := range observers {
+		read[name] = func() (map[string]int64, error) { return loads(addr) }
 	}
+	took := inflight.WaitLoads(t, step, within, read, want)
+	t.Logf("%s: after %v", step, took.Round(time.Millisecond))
+	return took
 }
 
 // newCluster connects to the kind cluster and creates a namespace for the test
@@ -370,26 +352,25 @@ func modelServers(t *testing.T, c *cluster, image string) []string {
 	if _, err := c.cs.AppsV1().Deployments(c.ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
+	var ids []string
+	wait.ForEvery(t, 2*time.Minute, time.Second, func() string {
 		pods, err := c.cs.CoreV1().Pods(c.ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=model-server"})
-		if err == nil {
-			var ids []string
-			for _, p := range pods.Items {
-				if p.Status.PodIP != "" && ready(&p) {
-					ids = append(ids, c.ns+"/"+p.Name+"-rank-0")
-				}
-			}
-			if len(ids) == 2 {
-				sort.Strings(ids)
-				return ids
+		if err != nil {
+			return fmt.Sprintf("the model-server stand-ins are not ready: %v", err)
+		}
+		ids = nil
+		for _, p := range pods.Items {
+			if p.Status.PodIP != "" && ready(&p) {
+				ids = append(ids, c.ns+"/"+p.Name+"-rank-0")
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the model-server stand-ins are not ready after 2 minutes: %v", err)
+		if len(ids) != 2 {
+			return fmt.Sprintf("%d of the 2 model-server stand-ins ready", len(ids))
 		}
-		time.Sleep(time.Second)
-	}
+		return ""
+	})
+	sort.Strings(ids)
+	return ids
 }
 
 func ready(p *corev1.Pod) bool {
@@ -442,25 +423,19 @@ func podByIP(t *testing.T, c *cluster, endpoint string) string {
 // and returns when that was seen.
 func waitSliceGone(t *testing.T, c *cluster, pod string) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	wait.For(t, 30*time.Second, func() string {
 		slices, err := c.cs.DiscoveryV1().EndpointSlices(c.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=epp"})
-		if err == nil {
-			listed := false
-			for _, s := range slices.Items {
-				for _, e := range s.Endpoints {
-					if e.TargetRef != nil && e.TargetRef.Name == pod && (e.Conditions.Ready == nil || *e.Conditions.Ready) {
-						listed = true
-					}
+		if err != nil {
+			return fmt.Sprintf("listing the slices: %v", err)
+		}
+		for _, s := range slices.Items {
+			for _, e := range s.Endpoints {
+				if e.TargetRef != nil && e.TargetRef.Name == pod && (e.Conditions.Ready == nil || *e.Conditions.Ready) {
+					return pod + " still a ready endpoint of the slices"
 				}
 			}
-			if !listed {
-				return time.Now()
-			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s still a ready endpoint of the slices after 30 s", pod)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
+	return time.Now()
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
 )
 
@@ -171,8 +172,7 @@ func contains(xs []int, x int) bool {
 // that took.
 func waitViews(t *testing.T, step string, within time.Duration, rs []*replica, which []int, expect func(i int) string) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
+	return wait.For(t, within, func() string {
 		var wrong []string
 		for _, i := range which {
 			got, err := rs[i].view()
@@ -183,14 +183,11 @@ func waitViews(t *testing.T, step string, within time.Duration, rs []*replica, w
 				wrong = append(wrong, fmt.Sprintf("%s lists %q, want %q", rs[i].Pod, got, w))
 			}
 		}
-		if len(wrong) == 0 {
-			return time.Since(start)
+		if len(wrong) > 0 {
+			return step + ":\n  " + strings.Join(wrong, "\n  ")
 		}
-		if time.Since(start) > within {
-			t.Fatalf("%s: after %s:\n  %s", step, within, strings.Join(wrong, "\n  "))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // writeSlice creates or replaces the Service's one slice with these replicas.
@@ -238,11 +235,12 @@ func TestRealEPPReplicasKnowEachOther(t *testing.T) {
 	// yet when the peers are known.
 	var code int
 	var state string
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if code, state = get(t, rs[0].Metrics, "/debug/plugins/state"); code != 0 || time.Now().After(deadline) {
-			break
+	wait.ForEvery(t, 30*time.Second, 100*time.Millisecond, func() string {
+		if code, state = get(t, rs[0].Metrics, "/debug/plugins/state"); code == 0 {
+			return "the EPP's metrics port does not answer: " + state
 		}
-	}
+		return ""
+	})
 	if code != http.StatusOK || !strings.Contains(state, `"peers"`) || !strings.Contains(state, rs[1].Pod) || !strings.Contains(state, "endpointslice-peer-discovery") {
 		t.Fatalf("GET /debug/plugins/state on the EPP's metrics port: %d\n%s", code, state)
 	}
@@ -282,8 +280,7 @@ func TestRealEPPLeaderElectionStandbys(t *testing.T) {
 	all := []int{0, 1, 2}
 	// Exactly one replica, the lease holder, answers SERVING to readiness.
 	var standbys map[int]bool
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	wait.ForEvery(t, 90*time.Second, 200*time.Millisecond, func() string {
 		standbys = map[int]bool{}
 		var answers []string
 		for i, r := range rs {
@@ -293,14 +290,11 @@ func TestRealEPPLeaderElectionStandbys(t *testing.T) {
 				standbys[i] = true
 			}
 		}
-		if len(standbys) == len(rs)-1 {
-			break
+		if len(standbys) != len(rs)-1 {
+			return "not exactly one ready replica: " + strings.Join(answers, "; ")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not exactly one ready replica 90 s after the start: %s", strings.Join(answers, "; "))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return ""
+	})
 	leader := -1
 	for i := range rs {
 		if !standbys[i] {

@@ -38,10 +38,10 @@ func writePod(t *testing.T, ns string, r *replica, ready bool) {
 	t.Helper()
 	ctx := context.Background()
 	api := env.Clientset.CoreV1().Pods(ns)
-	p, err := api.Get(ctx, r.pod, metav1.GetOptions{})
+	p, err := api.Get(ctx, r.Pod, metav1.GetOptions{})
 	if err != nil {
 		if p, err = api.Create(ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: r.pod, Labels: map[string]string{"app": "epp"}},
+			ObjectMeta: metav1.ObjectMeta{Name: r.Pod, Labels: map[string]string{"app": "epp"}},
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "epp", Image: "epp"}}},
 		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -51,7 +51,7 @@ func writePod(t *testing.T, ns string, r *replica, ready bool) {
 	if ready {
 		status = corev1.ConditionTrue
 	}
-	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: r.ip, PodIPs: []corev1.PodIP{{IP: r.ip}},
+	p.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: r.IP, PodIPs: []corev1.PodIP{{IP: r.IP}},
 		Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}}
 	if _, err := api.UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
@@ -67,7 +67,7 @@ func TestRealEPPPodPeerDiscovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rs := startEPPs(t, ns, 3, func(r *replica) string { return podConfig(r.debug) })
+	rs := startEPPs(t, ns, 3, func(r *replica) string { return podConfig(r.Debug) })
 	all := []int{0, 1, 2}
 	for _, r := range rs {
 		writePod(t, ns, r, true)

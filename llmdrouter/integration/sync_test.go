@@ -110,34 +110,15 @@ func (r *replica) loads() (map[string]int64, error) {
 	return inflight.Requests(doc)
 }
 
-// waitLoads waits until every replica in which sees want for the endpoints in want,
-// and returns how long it took.
+// waitLoads waits until every replica in which sees want for the endpoints in want
+// (inflight.WaitLoads), and returns how long it took.
 func waitLoads(t *testing.T, step string, within time.Duration, rs []*replica, which []int, want map[string]int64) time.Duration {
 	t.Helper()
-	start := time.Now()
-	for {
-		var wrong []string
-		for _, i := range which {
-			got, err := rs[i].loads()
-			if err != nil {
-				wrong = append(wrong, fmt.Sprintf("%s: %v", rs[i].Pod, err))
-				continue
-			}
-			for ep, n := range want {
-				if v, ok := got[ep]; !ok || v != n {
-					wrong = append(wrong, fmt.Sprintf("%s sees %s, want %s", rs[i].Pod, inflight.Describe(got), inflight.Describe(want)))
-					break
-				}
-			}
-		}
-		if len(wrong) == 0 {
-			return time.Since(start)
-		}
-		if time.Since(start) > within {
-			t.Fatalf("%s: after %s:\n  %s", step, within, strings.Join(wrong, "\n  "))
-		}
-		time.Sleep(5 * time.Millisecond)
+	observers := map[string]func() (map[string]int64, error){}
+	for _, i := range which {
+		observers[rs[i].Pod] = rs[i].loads
 	}
+	return inflight.WaitLoads(t, step, within, observers, want)
 }
 
 // podOf maps the EPP's pick (ip:port) to the model server's ID.

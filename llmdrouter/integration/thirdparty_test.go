@@ -16,6 +16,7 @@ import (
 	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/wiring"
@@ -120,22 +121,20 @@ dataLayer:
 `
 	r := startWith(t, thirdPartyLaunch(t), ns, 1, func(*replica) string { return config })[0]
 	const ready = "peer discovery ready: the peer store holds the initial set"
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		line := ""
+	line := ""
+	wait.For(t, 30*time.Second, func() string {
 		for l := range strings.Lines(r.out.String()) {
 			if strings.Contains(l, ready) {
 				line = l
 			}
 		}
-		if line != "" {
-			if !strings.Contains(line, `"plugin":"static"`) || !strings.Contains(line, `"peers":2`) {
-				t.Fatalf("the EPP started the third party's discovery, but logged %s; want plugin static with 2 peers", line)
-			}
-			return
+		if line == "" {
+			return fmt.Sprintf("the EPP did not say %q:\n%s", ready, r.out.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the EPP did not say %q within 30 s:\n%s", ready, r.out.String())
-		}
+		return ""
+	})
+	if !strings.Contains(line, `"plugin":"static"`) || !strings.Contains(line, `"peers":2`) {
+		t.Fatalf("the EPP started the third party's discovery, but logged %s; want plugin static with 2 peers", line)
 	}
 }
 

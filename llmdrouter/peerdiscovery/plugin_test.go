@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -206,11 +207,12 @@ func TestStartThroughUpstreamsContractOnly(t *testing.T) {
 		t.Fatalf("upstream's store holds %q once Ready is closed", got)
 	}
 	set("10.0.0.1", "10.0.0.2")
-	for deadline := time.Now().Add(10 * time.Second); ids() != "ns/epp-b@10.0.0.2:9005"; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("after a peer left, the store holds %q", ids())
+	wait.For(t, 10*time.Second, func() string {
+		if got := ids(); got != "ns/epp-b@10.0.0.2:9005" {
+			return fmt.Sprintf("after a peer left, the store holds %q", got)
 		}
-	}
+		return ""
+	})
 	// Its view, as the EPP's /debug/plugins/state shows it.
 	state, err := plugin.(fwkplugin.StateDumper).DumpState()
 	if err != nil {
@@ -309,12 +311,13 @@ func TestProbesAndAnswers(t *testing.T) {
 	}
 	waitFor := func(what string, p *peerdiscovery.Plugin, want string) {
 		t.Helper()
-		for deadline := time.Now().Add(10 * time.Second); reachable(p) != want; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
+		wait.For(t, 10*time.Second, func() string {
+			if got := reachable(p); got != want {
 				state, _ := p.DumpState()
-				t.Fatalf("%s: %s, want %s\n%s", what, reachable(p), want, state)
+				return fmt.Sprintf("%s: %s, want %s\n%s", what, got, want, state)
 			}
-		}
+			return ""
+		})
 	}
 	waitFor("a probes b", a, "reachable")
 	waitFor("b probes a", b, "reachable")

@@ -14,6 +14,7 @@ import (
 	attrconcurrency "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/attribute/concurrency"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/pluginfleet"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peersyncer"
@@ -70,22 +71,18 @@ func (r *eppReplica) load(endpoint string) (int64, bool) {
 
 func waitLoad(t *testing.T, rs []*eppReplica, endpoint string, want int64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.For(t, 10*time.Second, func() string {
 		var wrong []string
 		for _, r := range rs {
 			if got, _ := r.load(endpoint); got != want {
 				wrong = append(wrong, fmt.Sprintf("%s=%d", r.Name, got))
 			}
 		}
-		if len(wrong) == 0 {
-			return
+		if len(wrong) > 0 {
+			return fmt.Sprintf("%s: want %d in-flight requests on every replica, got %s", endpoint, want, strings.Join(wrong, " "))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: want %d in-flight requests on every replica, got %s", endpoint, want, strings.Join(wrong, " "))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // TestInFlightLoadIsSummedAcrossReplicas: three EPPs' plugins, built through

@@ -19,6 +19,7 @@ import (
 	attrprefix "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/attribute/prefix"
 	"github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/scheduling/scorer/prefix"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/pluginfleet"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peersyncer"
@@ -110,13 +111,7 @@ func startFleet(t *testing.T, n int, p *pool) (*pluginfleet.Fleet, []*replica) {
 
 func waitWarm(t *testing.T, r *replica) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !r.sp.State().Warm {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not warm", r.Name)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.Until(t, 15*time.Second, r.Name+" to be warm", func() bool { return r.sp.State().Warm })
 }
 
 var requests int
@@ -311,13 +306,12 @@ func TestBootstrapAtDefaultCapacityAndRestart(t *testing.T) {
 
 func waitBlocks(t *testing.T, r *replica, want int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for r.sp.State().Blocks != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s holds %d blocks, want %d", r.Name, r.sp.State().Blocks, want)
+	wait.For(t, 20*time.Second, func() string {
+		if got := r.sp.State().Blocks; got != want {
+			return fmt.Sprintf("%s holds %d blocks, want %d", r.Name, got, want)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 // TestThePoolBoundsTheIndex: an endpoint that leaves the pool leaves every
@@ -347,16 +341,13 @@ func TestThePoolBoundsTheIndex(t *testing.T) {
 	full.remove(2)
 	partial.remove(2)
 	for _, r := range []*replica{a, b} {
-		deadline := time.Now().Add(3 * sharedprefix.PoolEvery)
-		for {
-			if _, ok := serverBlocks(r)["llm/vllm-2-rank-0"]; !ok {
-				break
+		wait.For(t, 3*sharedprefix.PoolEvery, func() string {
+			blocks := serverBlocks(r)
+			if _, ok := blocks["llm/vllm-2-rank-0"]; ok {
+				return fmt.Sprintf("%s: vllm-2 left the pool and stays in the index: %v", r.Name, blocks)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: vllm-2 left the pool and stays in the index: %v", r.Name, serverBlocks(r))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return ""
+		})
 	}
 }
 

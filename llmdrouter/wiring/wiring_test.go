@@ -17,6 +17,7 @@ import (
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/wiring"
 )
@@ -113,14 +114,12 @@ func TestRunStartsTheConfiguredPlugin(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	code := make(chan int, 1)
 	go func() { code <- wiring.Run(ctx, l, args) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if ps := wiring.PeerStore().Peers(); len(ps) == 1 && ps[0].ID.String() == "ns/epp-b" && ps[0].Address == "10.0.0.2" && ps[0].Port == "9005" {
-			break
+	wait.For(t, 10*time.Second, func() string {
+		if ps := wiring.PeerStore().Peers(); len(ps) != 1 || ps[0].ID.String() != "ns/epp-b" || ps[0].Address != "10.0.0.2" || ps[0].Port != "9005" {
+			return fmt.Sprintf("the wiring's peer store holds %+v, want ns/epp-b", ps)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the wiring's peer store holds %+v, want ns/epp-b", wiring.PeerStore().Peers())
-		}
-	}
+		return ""
+	})
 	cancel()
 	select {
 	case c := <-code:
@@ -236,23 +235,21 @@ func TestRunStartsAThirdPartyDiscovery(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	code := make(chan int, 1)
 	go func() { code <- wiring.Run(ctx, l, args) }()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	wait.For(t, 10*time.Second, func() string {
 		got := map[string]string{}
 		for _, p := range wiring.PeerStore().Peers() {
 			got[p.ID.String()] = p.Address
 		}
 		if got["ns/peer-0"] == "10.0.0.7" && got["ns/peer-1"] == "10.0.0.8" {
-			break
+			return ""
 		}
 		select {
 		case c := <-code:
 			t.Fatalf("Run returned %d: the third party's peer discovery was refused", c)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the wiring's peer store holds %+v, want the static plugin's ns/peer-0 and ns/peer-1", wiring.PeerStore().Peers())
-		}
-	}
+		return fmt.Sprintf("the wiring's peer store holds %+v, want the static plugin's ns/peer-0 and ns/peer-1", wiring.PeerStore().Peers())
+	})
 	cancel()
 	if c := <-code; c != 0 {
 		t.Fatalf("Run returned %d after a clean stop", c)
