@@ -20,6 +20,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 func TestPeerDiscovery(t *testing.T) {
@@ -160,36 +161,32 @@ func readE(ctx context.Context, ns string, w workload) (peerview.State, error) {
 // sidecar mode both its sidecar and the EPP container that reads the sidecar's file.
 func waitConverged(t *testing.T, ctx context.Context, ns string, w workload, v viewer, m mode, step string) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	last := ""
-	for {
+	wait.ForEvery(t, 90*time.Second, 250*time.Millisecond, func() string {
 		s, err := readE(ctx, ns, w)
 		switch {
 		case err != nil:
-			last = err.Error()
+			return step + ": " + err.Error()
 		case !s.Settled():
-			last = fmt.Sprintf("deployment not settled: %d desired, %d live, %d starting", s.Desired, len(s.Live), s.Others)
-		default:
-			views := v.views(ctx, t, s.Live, eppContainer)
-			last = peerview.Diff(s.Expected(9005), views)
-			if last == "" && m == sidecar {
-				sidecars := v.views(ctx, t, s.Live, sidecarContainer)
-				if last = peerview.Diff(s.Expected(9005), sidecars); last != "" {
-					last = "sidecar: " + last
-				} else if last = sameSource(views, sidecars); last == "" {
-					t.Logf("%s (each EPP container's view is its sidecar's):\n%s", step, peerview.Table(s, views))
-					return
-				}
-			} else if last == "" {
-				t.Logf("%s:\n%s", step, peerview.Table(s, views))
-				return
-			}
+			return fmt.Sprintf("%s: deployment not settled: %d desired, %d live, %d starting", step, s.Desired, len(s.Live), s.Others)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not converged after 90s: %s", step, last)
+		views := v.views(ctx, t, s.Live, eppContainer)
+		if d := peerview.Diff(s.Expected(9005), views); d != "" {
+			return step + ": " + d
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		if m != sidecar {
+			t.Logf("%s:\n%s", step, peerview.Table(s, views))
+			return ""
+		}
+		sidecars := v.views(ctx, t, s.Live, sidecarContainer)
+		if d := peerview.Diff(s.Expected(9005), sidecars); d != "" {
+			return step + ": sidecar: " + d
+		}
+		if d := sameSource(views, sidecars); d != "" {
+			return step + ": " + d
+		}
+		t.Logf("%s (each EPP container's view is its sidecar's):\n%s", step, peerview.Table(s, views))
+		return ""
+	})
 }
 
 // sameSource checks that each EPP container read its peers from the file (source
@@ -207,15 +204,13 @@ func sameSource(consumers, sidecars map[string]peerview.View) string {
 // replica, although llm-d-router's EPP may drain in it for 30 s more.
 func waitDeleting(t *testing.T, ctx context.Context, ns, pod string) {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	wait.ForEvery(t, 60*time.Second, 200*time.Millisecond, func() string {
 		p, err := clientset.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil {
-			return
+			return ""
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod %s not being deleted 60s after its deletion", pod)
-		}
-	}
+		return fmt.Sprintf("pod %s not being deleted since its deletion", pod)
+	})
 }
 
 // checkOff: llm-d-router's EPP runs (its /metrics answers) without the plugin: no
@@ -223,63 +218,60 @@ func waitDeleting(t *testing.T, ctx context.Context, ns, pod string) {
 // ports, and its ServiceAccount may not read endpointslices.
 func checkOff(t *testing.T, ctx context.Context, ns string, w workload, v viewer) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
-		s := read(t, ctx, ns, w)
-		if s.Settled() {
-			texts := v.metrics(ctx, t, s.Live, eppContainer)
-			if len(texts) == len(s.Live) {
-				for _, text := range texts {
-					if strings.Contains(text, "epp_peer_discovery_") {
-						t.Fatalf("peer discovery off, yet the EPP's /metrics has epp_peer_discovery series")
-					}
-				}
-				for _, p := range s.Live {
-					c := p.Spec.Containers[0]
-					for _, e := range c.Env {
-						if strings.HasPrefix(e.Name, "EPP_PEER") {
-							t.Fatalf("pod %s has env %s with peer discovery off", p.Name, e.Name)
-						}
-					}
-					for _, port := range c.Ports {
-						if port.Name == "peer-sync" || port.Name == "http-peers" {
-							t.Fatalf("pod %s has the port %s with peer discovery off", p.Name, port.Name)
-						}
-					}
-				}
-				cms, err := clientset.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for _, cm := range cms.Items {
-					for key, data := range cm.Data {
-						if strings.Contains(data, "peer-discovery") {
-							t.Fatalf("peer discovery off, yet ConfigMap %s key %s names a peer-discovery plugin:\n%s", cm.Name, key, data)
-						}
-					}
-				}
-				for _, verb := range []string{"get", "list", "watch"} {
-					sar, err := clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
-						User:               "system:serviceaccount:" + ns + ":" + w.serviceAccount,
-						Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
-						ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: "discovery.k8s.io", Resource: "endpointslices"},
-					}}, metav1.CreateOptions{})
-					if err != nil {
-						t.Fatal(err)
-					}
-					if sar.Status.Allowed {
-						t.Fatalf("peer discovery off, yet ServiceAccount %s may %s endpointslices (%s)", w.serviceAccount, verb, sar.Status.Reason)
-					}
-				}
-				t.Logf("off: %d replicas of llm-d-router's EPP serve /metrics, none with peer discovery", len(texts))
-				return
+	var s peerview.State
+	var texts []string
+	wait.ForEvery(t, 90*time.Second, 250*time.Millisecond, func() string {
+		if s = read(t, ctx, ns, w); !s.Settled() {
+			return "the deployment has not settled"
+		}
+		if texts = v.metrics(ctx, t, s.Live, eppContainer); len(texts) != len(s.Live) {
+			return fmt.Sprintf("%d of %d replicas serve /metrics", len(texts), len(s.Live))
+		}
+		return ""
+	})
+	for _, text := range texts {
+		if strings.Contains(text, "epp_peer_discovery_") {
+			t.Fatalf("peer discovery off, yet the EPP's /metrics has epp_peer_discovery series")
+		}
+	}
+	for _, p := range s.Live {
+		c := p.Spec.Containers[0]
+		for _, e := range c.Env {
+			if strings.HasPrefix(e.Name, "EPP_PEER") {
+				t.Fatalf("pod %s has env %s with peer discovery off", p.Name, e.Name)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replicas not serving /metrics after 90s")
+		for _, port := range c.Ports {
+			if port.Name == "peer-sync" || port.Name == "http-peers" {
+				t.Fatalf("pod %s has the port %s with peer discovery off", p.Name, port.Name)
+			}
 		}
-		time.Sleep(250 * time.Millisecond)
 	}
+	cms, err := clientset.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range cms.Items {
+		for key, data := range cm.Data {
+			if strings.Contains(data, "peer-discovery") {
+				t.Fatalf("peer discovery off, yet ConfigMap %s key %s names a peer-discovery plugin:\n%s", cm.Name, key, data)
+			}
+		}
+	}
+	for _, verb := range []string{"get", "list", "watch"} {
+		sar, err := clientset.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:               "system:serviceaccount:" + ns + ":" + w.serviceAccount,
+			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: verb, Group: "discovery.k8s.io", Resource: "endpointslices"},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sar.Status.Allowed {
+			t.Fatalf("peer discovery off, yet ServiceAccount %s may %s endpointslices (%s)", w.serviceAccount, verb, sar.Status.Reason)
+		}
+	}
+	t.Logf("off: %d replicas of llm-d-router's EPP serve /metrics, none with peer discovery", len(texts))
 }
 
 // checkStandbys: with leader election (upstream's default) and membership alive,
@@ -293,8 +285,7 @@ func checkStandbys(t *testing.T, ctx context.Context, ns string, w workload, v v
 		t.Log("leader election: the local backend's pods are all ready (KWOK); the standbys' readiness is checked on kind")
 		return
 	}
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	wait.ForEvery(t, 90*time.Second, 250*time.Millisecond, func() string {
 		s := read(t, ctx, ns, w)
 		ready := 0
 		for i := range s.Live {
@@ -302,34 +293,27 @@ func checkStandbys(t *testing.T, ctx context.Context, ns string, w workload, v v
 				ready++
 			}
 		}
-		if ready == 1 && s.Settled() {
-			if d := peerview.Diff(s.Expected(9005), v.views(ctx, t, s.Live, eppContainer)); d == "" {
-				t.Logf("leader election: 1 leader ready, %d standbys not ready, and every replica lists all the others", len(s.Live)-1)
-				return
-			}
+		if ready != 1 || !s.Settled() {
+			return fmt.Sprintf("leader election: %d of %d replicas ready, want exactly 1 (the leader)", ready, len(s.Live))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("leader election: %d of %d replicas ready after 90s, want exactly 1 (the leader) with the standbys listed as peers", ready, len(s.Live))
+		if d := peerview.Diff(s.Expected(9005), v.views(ctx, t, s.Live, eppContainer)); d != "" {
+			return "leader election: the standbys are not listed as peers: " + d
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		t.Logf("leader election: 1 leader ready, %d standbys not ready, and every replica lists all the others", len(s.Live)-1)
+		return ""
+	})
 }
 
 // waitNothingLeft waits until the namespace holds none of the objects the channel
 // made (or, when the channel owns the namespace, until the namespace is gone).
 func waitNothingLeft(t *testing.T, ctx context.Context, ns string, ownsNamespace bool) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		left := leftovers(ctx, ns, ownsNamespace)
-		if len(left) == 0 {
-			return
+	wait.ForEvery(t, 2*time.Minute, 500*time.Millisecond, func() string {
+		if left := leftovers(ctx, ns, ownsNamespace); len(left) > 0 {
+			return fmt.Sprintf("after uninstall, left behind in %s: %v", ns, left)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after uninstall, left behind in %s: %v", ns, left)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func leftovers(ctx context.Context, ns string, ownsNamespace bool) []string {

@@ -5,7 +5,6 @@ package peerview
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 )
 
 // Ready reports whether a pod is a live replica: Running, Ready, with an IP, not
@@ -136,29 +136,11 @@ func Listed(doc peers.Document) []string {
 var client = &http.Client{Timeout: 2 * time.Second}
 
 // Fetch reads /debug/peers from addr, which must be a loopback address: views are
-// read through 127.0.0.1 (a local process or a port-forward), never from pod IPs.
+// read through 127.0.0.1 (a local process or a port-forward), never from pod IPs
+// (peerdoc, the tests' one reader of the document).
 func Fetch(ctx context.Context, addr string) (peers.Document, error) {
-	var doc peers.Document
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return doc, err
-	}
-	if ip := net.ParseIP(host); (ip == nil && host != "localhost") || (ip != nil && !ip.IsLoopback()) {
-		return doc, fmt.Errorf("refusing to read %s: views are read through 127.0.0.1 only", addr)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/debug/peers", nil)
-	if err != nil {
-		return doc, err
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return doc, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return doc, fmt.Errorf("GET /debug/peers: %s", resp.Status)
-	}
-	return doc, json.NewDecoder(resp.Body).Decode(&doc)
+	doc, _, err := peerdoc.GetContext(ctx, addr)
+	return doc, err
 }
 
 // View is one replica's answer.

@@ -30,6 +30,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 const (
@@ -197,16 +198,11 @@ func TestThousandPodsRollingRestart(t *testing.T) {
 // exactly the other ready pods; it returns when that was first seen.
 func converge(t *testing.T, ctx context.Context, rt *podproc.Runtime, ns string, want int, step string, settled ...func() string) time.Time {
 	t.Helper()
-	deadline := time.Now().Add(convergeTimeout)
-	last := ""
-	for {
+	var seen time.Time
+	wait.ForEvery(t, convergeTimeout, 500*time.Millisecond, func() string {
 		if len(settled) > 0 {
-			if last = settled[0](); last != "" {
-				if time.Now().After(deadline) {
-					t.Fatalf("%s: not settled after %v: %s", step, convergeTimeout, last)
-				}
-				time.Sleep(500 * time.Millisecond)
-				continue
+			if why := settled[0](); why != "" {
+				return step + ": not settled: " + why
 			}
 		}
 		pods, err := cluster.Clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: serviceSelector})
@@ -224,32 +220,29 @@ func converge(t *testing.T, ctx context.Context, rt *podproc.Runtime, ns string,
 		}
 		switch {
 		case len(ready) != want || len(pods.Items) != want:
-			last = fmt.Sprintf("%d ready of %d pods, want %d", len(ready), len(pods.Items), want)
+			return fmt.Sprintf("%s: %d ready of %d pods, want %d", step, len(ready), len(pods.Items), want)
 		case len(reals) != realReplicas:
-			last = fmt.Sprintf("%d real replicas ready, want %d", len(reals), realReplicas)
-		default:
-			expected := map[string][]string{}
-			for _, self := range reals {
-				others := make([]string, 0, len(ready))
-				for _, p := range ready {
-					if p.Name != self.Name {
-						others = append(others, peerview.Format(p.Namespace, p.Name, p.Status.PodIP, peerPort))
-					}
+			return fmt.Sprintf("%s: %d real replicas ready, want %d", step, len(reals), realReplicas)
+		}
+		expected := map[string][]string{}
+		for _, self := range reals {
+			others := make([]string, 0, len(ready))
+			for _, p := range ready {
+				if p.Name != self.Name {
+					others = append(others, peerview.Format(p.Namespace, p.Name, p.Status.PodIP, peerPort))
 				}
-				sort.Strings(others)
-				expected[self.Name] = others
 			}
-			if last = peerview.Diff(expected, rt.ViewsOf(ctx, reals, "epp")); last == "" {
-				seen := time.Now()
-				t.Logf("%s: every real replica lists exactly the other %d ready pods", step, want-1)
-				return seen
-			}
+			sort.Strings(others)
+			expected[self.Name] = others
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not converged after %v: %s", step, convergeTimeout, abbreviate(last))
+		if d := peerview.Diff(expected, rt.ViewsOf(ctx, reals, "epp")); d != "" {
+			return step + ": not converged: " + abbreviate(d)
 		}
-		time.Sleep(500 * time.Millisecond)
-	}
+		seen = time.Now()
+		return ""
+	})
+	t.Logf("%s: every real replica lists exactly the other %d ready pods", step, want-1)
+	return seen
 }
 
 // peerChanges is each real replica's count of published peer upserts and deletes.
