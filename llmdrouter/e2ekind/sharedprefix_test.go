@@ -112,21 +112,14 @@ func TestSharedPrefixIndexOnKind(t *testing.T) {
 	pods := eppPods(t, c)
 	clients, debug := map[string]*extproc.Client{}, map[string]string{}
 	connect := func(pod string) {
-		grpcAddr := c.forward(t, pod, 9002)
+		grpcAddr := c.forwardExtProc(t, pod)
 		debug[pod] = c.forward(t, pod, 9091)
-		start := time.Now()
-		for {
-			cl, err := extproc.DialTLS(grpcAddr)
-			if err == nil {
-				clients[pod] = cl
-				t.Cleanup(func() { cl.Close() })
-				break
-			}
-			if time.Since(start) > time.Minute {
-				t.Fatalf("ext_proc of %s: %v", pod, err)
-			}
-			time.Sleep(250 * time.Millisecond)
+		cl, err := extproc.DialTLS(grpcAddr)
+		if err != nil {
+			t.Fatalf("ext_proc of %s: %v", pod, err)
 		}
+		clients[pod] = cl
+		t.Cleanup(func() { cl.Close() })
 	}
 	names := make([]string, len(pods))
 	for i, p := range pods {

@@ -10,6 +10,7 @@ package e2ekind_test
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -26,8 +27,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -240,11 +239,11 @@ func TestStateSyncOnKind(t *testing.T) {
 	waitLoads(t, "every replica in sync, both endpoints published", 60*time.Second, all, idle)
 
 	// Three requests held open through A: B and C see A's in-flight load.
-	grpcA := c.forward(t, a.Name, 9002)
+	grpcA := c.forwardExtProc(t, a.Name)
 	held := map[string]int64{ids[0]: 0, ids[1]: 0}
 	var reqs []*extproc.Request
 	for range 3 {
-		r := sendWhenListening(t, a.Name, grpcA)
+		r := send(t, a.Name, grpcA)
 		reqs = append(reqs, r)
 		held[podByIP(t, c, r.Endpoint)]++
 	}
@@ -269,7 +268,7 @@ func TestStateSyncOnKind(t *testing.T) {
 	// Three more held open through A for the faults.
 	reqs, held = nil, map[string]int64{ids[0]: 0, ids[1]: 0}
 	for range 3 {
-		r := sendWhenListening(t, a.Name, grpcA)
+		r := send(t, a.Name, grpcA)
 		reqs = append(reqs, r)
 		held[podByIP(t, c, r.Endpoint)]++
 	}
@@ -302,27 +301,80 @@ func TestStateSyncOnKind(t *testing.T) {
 	}
 }
 
-// sendWhenListening sends a request through pod's ext_proc port (forwarded to addr),
-// trying again for up to 60 s while the port is not listening yet. A ready pod of
-// upstream's EPP may not listen there yet: its readiness is the gRPC health server's,
-// which starts beside the ext_proc server, and the ext_proc server first makes its
-// self-signed certificate (an RSA 4096 key: seconds on a loaded node).
-func sendWhenListening(t *testing.T, pod, addr string) *extproc.Request {
+// send sends a request through a forwarded ext_proc port (forwardExtProc).
+func send(t *testing.T, pod, addr string) *extproc.Request {
 	t.Helper()
-	start := time.Now()
-	for {
-		r, err := extproc.SendTLS(addr)
-		if err == nil {
-			if waited := time.Since(start); waited > time.Second {
-				t.Logf("%s's ext_proc port answered %v after its pod was ready", pod, waited.Round(time.Millisecond))
-			}
-			return r
-		}
-		if status.Code(err) != codes.Unavailable || time.Since(start) > 60*time.Second {
-			t.Fatalf("a request through %s (tried for %v): %v", pod, time.Since(start).Round(time.Millisecond), err)
-		}
-		time.Sleep(250 * time.Millisecond)
+	r, err := extproc.SendTLS(addr)
+	if err != nil {
+		t.Fatalf("a request through %s: %v", pod, err)
 	}
+	return r
+}
+
+// extProcWithin bounds forwardExtProc. A ready pod of upstream's EPP may not listen
+// on its ext_proc port yet: its readiness is the gRPC health server's, which starts
+// before the manager's caches sync, and the ext_proc server then makes its
+// self-signed certificate (an RSA 4096 key: seconds on a loaded node).
+const extProcWithin = 3 * time.Minute
+
+// forwardExtProc forwards pod's ext_proc port (9002) once it completes a TLS
+// handshake, and returns 127.0.0.1:<local port>; it logs how long that took when it
+// was not at once. A port-forward ends at the first connection the pod refuses
+// (client-go's forwarder closes on a stream's error, and its local port then refuses
+// every dial), so each try opens a forward of its own. When the port does not answer
+// within extProcWithin, the test fails with the pod's restarts and last log lines.
+func (c *cluster) forwardExtProc(t *testing.T, pod string) string {
+	t.Helper()
+	dialer := &net.Dialer{Timeout: 5 * time.Second}
+	var addr string
+	var stop func()
+	took := wait.ForEvery(&podLogsOnFailure{T: t, c: c, pod: pod}, extProcWithin, 250*time.Millisecond, func() string {
+		a, s, err := c.openForward(pod, 9002)
+		if err != nil {
+			return err.Error()
+		}
+		conn, err := tls.DialWithDialer(dialer, "tcp", a, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}}) //nolint:gosec // the EPP's self-signed certificate, on 127.0.0.1
+		if err != nil {
+			s()
+			return fmt.Sprintf("%s's ext_proc port does not complete a TLS handshake: %v", pod, err)
+		}
+		_ = conn.Close()
+		addr, stop = a, s
+		return ""
+	})
+	t.Cleanup(stop)
+	if took > time.Second {
+		t.Logf("%s's ext_proc port answered %v after its pod was ready", pod, took.Round(time.Millisecond))
+	}
+	return addr
+}
+
+// podLogsOnFailure is t, and when a wait fails, it adds pod's restarts and the last
+// lines of its log to the failure: what a CI log needs to tell a slow start from a
+// crash.
+type podLogsOnFailure struct {
+	*testing.T
+	c   *cluster
+	pod string
+}
+
+func (p *podLogsOnFailure) Fatalf(format string, args ...any) {
+	p.T.Helper()
+	msg := fmt.Sprintf(format, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if pod, err := p.c.cs.CoreV1().Pods(p.c.ns).Get(ctx, p.pod, metav1.GetOptions{}); err == nil {
+		for _, s := range pod.Status.ContainerStatuses {
+			msg += fmt.Sprintf("\ncontainer %s: ready %v, %d restarts", s.Name, s.Ready, s.RestartCount)
+		}
+	}
+	tail := int64(40)
+	if logs, err := p.c.cs.CoreV1().Pods(p.c.ns).GetLogs(p.pod, &corev1.PodLogOptions{TailLines: &tail}).DoRaw(ctx); err == nil {
+		msg += "\nthe last lines of its log:\n" + string(logs)
+	} else {
+		msg += "\nits log: " + err.Error()
+	}
+	p.T.Fatal(msg)
 }
 
 // modelServers starts the two stand-ins and returns the EPP's endpoint IDs of them.
