@@ -375,13 +375,17 @@ func (p *Plugin) snapshot(emit func([]byte) bool) {
 }
 
 // followPool reads the pool's endpoints every PoolEvery: placements for an endpoint
-// it does not have are dropped, and an endpoint that left it leaves the index.
+// it does not have are dropped, and an endpoint that left it leaves the index. The
+// pool is not known (nothing is dropped) until the EPP's datastore lists an
+// endpoint: the EPP builds its plugins before the datastore has read the pool's
+// pods, and a peer's snapshot that arrives meanwhile would be dropped whole.
 func (p *Plugin) followPool(ctx context.Context, handle fwkplugin.Handle) {
 	t := time.NewTicker(PoolEvery)
 	defer t.Stop()
+	listed := false
 	for {
 		names := handle.PodList()
-		if names != nil {
+		if listed = listed || len(names) > 0; listed {
 			pool := make(map[string]struct{}, len(names))
 			for _, n := range names {
 				pool[n.String()] = struct{}{}

@@ -54,6 +54,13 @@ func (p *pool) list() []types.NamespacedName {
 	return slices.Clone(p.names)
 }
 
+// set makes the pool servers 0 to n-1.
+func (p *pool) set(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.names = newPool(n).names
+}
+
 func (p *pool) remove(i int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -302,6 +309,33 @@ func TestBootstrapAtDefaultCapacityAndRestart(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	waitMatched(t, b, probe, 7, perRoute)
 	waitMatched(t, c, probe, 7, perRoute)
+}
+
+// TestASnapshotThatArrivesBeforeThePodsAreListedStays: the EPP builds its plugins
+// before its datastore has listed the pool's pods, so a replica that starts reads
+// an empty pool first (an empty list, not "unknown"). The snapshot of its peer's
+// index that it pulls meanwhile stays in its index once the pods are listed: a
+// rolling restart does not cold-start prefix routing.
+func TestASnapshotThatArrivesBeforeThePodsAreListedStays(t *testing.T) {
+	full := newPool(4)
+	f := pluginfleet.New(t, 3)
+	f.PodList = full.list
+	a := start(t, f, 0, full)
+	waitWarm(t, start(t, f, 1, full))
+	waitWarm(t, a)
+	conv := prompt(7, 6)
+	a.route(t, conv, 2)
+
+	unlisted := &pool{names: []types.NamespacedName{}} // the datastore before its first list
+	f.PodList = unlisted.list
+	b := start(t, f, 2, unlisted)
+	waitWarm(t, b)
+	unlisted.set(4) // the datastore lists the pods
+	time.Sleep(sharedprefix.PoolEvery + 200*time.Millisecond)
+	if st := b.sp.State(); st.Blocks != 6 || st.Dropped != 0 {
+		t.Errorf("after its pool was read again, the new replica holds %d blocks and dropped %d placements; want its peer's 6 blocks, none dropped", st.Blocks, st.Dropped)
+	}
+	waitMatched(t, b, conv, 2, 6)
 }
 
 func waitBlocks(t *testing.T, r *replica, want int) {
