@@ -8,13 +8,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/cputime"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/procmem"
 )
 
 // proc is one running implementation: epp or the reference.
@@ -171,15 +171,6 @@ func (p *proc) cpu() (time.Duration, error) { return cputime.Of(p.cmd.Process.Pi
 
 // rss is the process's resident set size in bytes (VmRSS).
 func (p *proc) rss() (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, errors.New("no VmRSS in /proc/<pid>/status")
+	u, err := procmem.Of(p.cmd.Process.Pid)
+	return u.RSS, err
 }
