@@ -58,9 +58,18 @@ type Replica struct {
 	SyncPort   int32 // the peer-sync port on IP
 }
 
-// New is replica i: IP netns.Addr(10+i), ports of its own (see Port).
-func New(i int) *Replica {
-	r := &Replica{Pod: fmt.Sprintf("epp-7d9f8c6b5-r%d", i), IP: netns.Addr(10 + i)}
+// New is replica i: IP netns.Addr(10+i), ports of its own (see Port), a pod of
+// ReplicaSet PodTemplateHash.
+func New(i int) *Replica { return NewInReplicaSet(i, PodTemplateHash) }
+
+// PodTemplateHash is the pod-template-hash of New's replicas.
+const PodTemplateHash = "7d9f8c6b5"
+
+// NewInReplicaSet is replica i as a pod of the ReplicaSet whose pod-template-hash
+// is hash (a rolling update's new one): POD_NAME epp-<hash>-r<i>, IP
+// netns.Addr(10+i), ports of its own.
+func NewInReplicaSet(i int, hash string) *Replica {
+	r := &Replica{Pod: fmt.Sprintf("%s-%s-r%d", Service, hash, i), IP: netns.Addr(10 + i)}
 	r.pickPorts()
 	return r
 }
@@ -277,17 +286,34 @@ func ApplySlice(ctx context.Context, cs kubernetes.Interface, s discoveryv1.Endp
 // slices are deleted.
 func WriteSyncSlices(ctx context.Context, cs kubernetes.Interface, ns string, rs []*Replica, members []int, manager string) error {
 	for i, r := range rs {
-		name := "epp-r" + strconv.Itoa(i)
 		if !slices.Contains(members, i) {
-			if err := cs.DiscoveryV1().EndpointSlices(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			if err := DeleteSyncSlice(ctx, cs, ns, i); err != nil {
 				return err
 			}
 			continue
 		}
-		s := slicegen.Slice(name, slicegen.Namespace(ns), slicegen.Service(Service), slicegen.Ports("peer-sync", int(r.SyncPort)), slicegen.Pod(r.Pod, r.IP))
-		if err := ApplySlice(ctx, cs, s, manager); err != nil {
+		if err := WriteSyncSlice(ctx, cs, ns, i, r, manager); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// WriteSyncSlice writes the slice of replica r, the i-th of its Service (slice
+// epp-r<i>), listing it ready, or with the conditions opts set (slicegen.NotReady
+// while it starts, slicegen.TerminatingServing once it is deleted), as the
+// EndpointSlice controller writes a pod's conditions during a rolling update.
+func WriteSyncSlice(ctx context.Context, cs kubernetes.Interface, ns string, i int, r *Replica, manager string, opts ...slicegen.EndpointOption) error {
+	s := slicegen.Slice(syncSliceName(i), slicegen.Namespace(ns), slicegen.Service(Service), slicegen.Ports("peer-sync", int(r.SyncPort)), slicegen.Pod(r.Pod, r.IP, opts...))
+	return ApplySlice(ctx, cs, s, manager)
+}
+
+// DeleteSyncSlice deletes the slice of the i-th replica, if there is one.
+func DeleteSyncSlice(ctx context.Context, cs kubernetes.Interface, ns string, i int) error {
+	if err := cs.DiscoveryV1().EndpointSlices(ns).Delete(ctx, syncSliceName(i), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+func syncSliceName(i int) string { return "epp-r" + strconv.Itoa(i) }
