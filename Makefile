@@ -349,14 +349,14 @@ bench-sync-smoke: k8s llmdrouter-work ## A short bench-sync (3 replicas, 100 end
 BENCH_ROUTING_FLAGS ?=
 
 .PHONY: bench-routing
-bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 3 seeds; writes docs/PERFORMANCE.md and docs/routing-bench.svg (~15 min).
+bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer, the shared prefix index) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 3 seeds (2 for the controls), and 3 replicas through a rolling restart; writes docs/PERFORMANCE.md and docs/routing-bench.svg (~20 min).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
 	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
 
 .PHONY: bench-routing-smoke
-bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 and 3 replicas, one seed; ~1 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, or one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling.
+bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index, one seed; ~1.5 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, or a placement of the shared index did not reach every peer.
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
-	$(BIN)/routingbench run --smoke --epp=$(LLMD_EPP) --configs=single,local --replicas=3 --workloads=multi-turn --sizes=fits --seeds=1
+	$(BIN)/routingbench run --smoke --epp=$(LLMD_EPP) --configs=single,local,shared-index --replicas=3 --workloads=multi-turn --sizes=fits --seeds=1 --restart=
 
 .PHONY: clean
 clean: ## Remove bin/ except the Kubernetes binaries.

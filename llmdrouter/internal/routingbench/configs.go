@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -14,15 +13,17 @@ type configuration struct {
 	title string
 	// single: only ever one replica (the ideal every other is measured against).
 	single bool
-	// pending: the configuration's plugins do not exist yet; it is skipped, and
-	// the report says so.
-	pending bool
+	// control: a configuration the shared index is compared with, run with
+	// --control-seeds seeds (fewer, to keep the full bench within its time).
+	control bool
+	// syncs: the replicas run peer-syncer (ready when every peer is in sync).
+	syncs bool
+	// sharesIndex: the replicas share the prefix index (shared-prefix-cache-producer
+	// named sharedIndexPlugin; ready when its broadcast is warm).
+	sharesIndex bool
 	// config is the EPP configuration of replica r.
 	config func(r *eppreplica.Replica) string
 }
-
-// errNotBuilt marks a configuration whose plugins are still to be written.
-var errNotBuilt = errors.New("not built yet")
 
 // syncInterval is dataLayer.crossReplicaSyncInterval and peer-syncer's interval:
 // llm-d-router's default.
@@ -30,18 +31,19 @@ const syncInterval = "200ms"
 
 // defaultProfile is llm-d-router's default scheduling profile as its chart
 // (config/charts/routerlib, default-plugins.yaml) renders it for vLLM over HTTP:
-// queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3 (which
-// makes the runner add approx-prefix-cache-producer, autoTune on, and the
-// estimate token producer), the metrics data source over HTTP on /metrics and
-// the core metrics extractor; extra are more plugins and profile entries.
-func defaultProfile(extraPlugins, extraProfile, extraDataLayer string) string {
+// queue-scorer 2, kv-cache-utilization-scorer 2, prefix-cache-scorer 3 (which,
+// without parameters, makes the runner add approx-prefix-cache-producer, autoTune
+// on, and the estimate token producer), the metrics data source over HTTP on
+// /metrics and the core metrics extractor; prefixScorer is prefix-cache-scorer's
+// entry in the plugins (upstreamPrefixScorer: the default), extra are more plugins,
+// profile entries and data layer settings.
+func defaultProfile(prefixScorer, extraPlugins, extraProfile, extraDataLayer string) string {
 	return `apiVersion: llm-d.ai/v1alpha1
 kind: EndpointPickerConfig
 plugins:
   - type: queue-scorer
   - type: kv-cache-utilization-scorer
-  - type: prefix-cache-scorer
-  - type: metrics-data-source
+` + prefixScorer + `  - type: metrics-data-source
     parameters:
       scheme: "http"
       path: "/metrics"
@@ -80,47 +82,103 @@ const activeRequestScorer = `      - pluginRef: active-request-scorer
         weight: 2
 `
 
+// upstreamPrefixScorer is prefix-cache-scorer on upstream's own index (the
+// approx-prefix-cache-producer the runner adds).
+const upstreamPrefixScorer = "  - type: prefix-cache-scorer\n"
+
+// sharedIndexPlugin is the name of the shared-prefix-cache-producer of the
+// shared-index configuration.
+const sharedIndexPlugin = "shared-prefix"
+
+// peerSyncerOnly is peer-syncer on the discovery plugin, at the bench's interval;
+// its data layer settings are peerSyncerDataLayer.
+const peerSyncerOnly = `  - name: peer-syncer
+    type: peer-syncer
+    parameters:
+      peerDiscoveryRef: peer-discovery
+      interval: ` + syncInterval + `
+`
+
+// peerSyncer is peerSyncerOnly with active-request-scorer (which reads the
+// in-flight load it shares), as this project's chart adds them with
+// stateSync.enabled.
+const peerSyncer = "  - type: active-request-scorer\n" + peerSyncerOnly
+
+// sharedPrefixScorer is prefix-cache-scorer on the shared index:
+// shared-prefix-cache-producer with its defaults (autoTune, a 10 ms window,
+// bootstrap) over peer-syncer's connections.
+const sharedPrefixScorer = `  - name: ` + sharedIndexPlugin + `
+    type: shared-prefix-cache-producer
+    parameters:
+      peerSyncerRef: peer-syncer
+  - type: prefix-cache-scorer
+    parameters:
+      prefixMatchInfoProducerName: ` + sharedIndexPlugin + `
+`
+
+const peerSyncerDataLayer = `  crossReplicaSyncerPluginRef: peer-syncer
+  crossReplicaSyncInterval: ` + syncInterval + `
+`
+
 var configurations = []configuration{
 	{
 		name: "single", title: "one replica", single: true,
-		config: func(r *eppreplica.Replica) string { return defaultProfile(discovery(r), "", "") },
+		config: func(r *eppreplica.Replica) string { return defaultProfile(upstreamPrefixScorer, discovery(r), "", "") },
+	},
+	{
+		// A control for the configurations with active-request-scorer (peer,
+		// shared-index): one replica with their profile, so that what the scorer
+		// costs one replica can be told from what active-active costs.
+		name: "single-active", title: "one replica + active-request-scorer (control)", single: true, control: true,
+		config: func(r *eppreplica.Replica) string {
+			return defaultProfile(upstreamPrefixScorer, discovery(r)+"  - type: active-request-scorer\n", activeRequestScorer, "")
+		},
 	},
 	{
 		// Today's active-active: each replica routes on what it alone saw
 		// (upstream's LocalSyncer, the default with no syncer configured).
-		name: "local", title: "LocalSyncer (nothing shared)",
-		config: func(r *eppreplica.Replica) string { return defaultProfile(discovery(r), "", "") },
+		name: "local", title: "LocalSyncer (nothing shared)", control: true,
+		config: func(r *eppreplica.Replica) string { return defaultProfile(upstreamPrefixScorer, discovery(r), "", "") },
 	},
 	{
 		// A control for peer: its profile (active-request-scorer, weight 2) on
 		// upstream's LocalSyncer, so that the scorer's part and the sharing's part
 		// of peer's figures can be told apart. Not in the default set.
-		name: "local-active", title: "LocalSyncer + active-request-scorer (control)",
+		name: "local-active", title: "LocalSyncer + active-request-scorer (control)", control: true,
 		config: func(r *eppreplica.Replica) string {
-			return defaultProfile(discovery(r)+"  - type: active-request-scorer\n", activeRequestScorer, "")
+			return defaultProfile(upstreamPrefixScorer, discovery(r)+"  - type: active-request-scorer\n", activeRequestScorer, "")
 		},
 	},
 	{
 		// In-flight load shared by peer-syncer, and active-request-scorer (weight 2),
 		// the upstream scorer that reads it, as this project's chart adds it with
 		// stateSync.enabled.
-		name: "peer", title: "peer-syncer (in-flight load shared)",
+		name: "peer", title: "peer-syncer (in-flight load shared)", syncs: true, control: true,
 		config: func(r *eppreplica.Replica) string {
-			return defaultProfile(discovery(r)+`  - type: active-request-scorer
-  - name: peer-syncer
-    type: peer-syncer
-    parameters:
-      peerDiscoveryRef: peer-discovery
-      interval: `+syncInterval+`
-`, activeRequestScorer, `  crossReplicaSyncerPluginRef: peer-syncer
-  crossReplicaSyncInterval: `+syncInterval+`
-`)
+			return defaultProfile(upstreamPrefixScorer, discovery(r)+peerSyncer, activeRequestScorer, peerSyncerDataLayer)
 		},
 	},
 	{
-		// A prefix index shared among the replicas over the peer-sync port (issue
-		// 31): the slot is here, the plugin is not.
-		name: "shared-index", title: "shared prefix index (issue 31)", pending: true,
+		// A control for shared-index: the shared index on upstream's default
+		// profile (peer-syncer carries it; no active-request-scorer), so that the
+		// index's part and the scorer's part of shared-index's figures can be told
+		// apart. Not in the default set.
+		name: "shared-index-default", title: "shared prefix index, default profile (control)", syncs: true, sharesIndex: true, control: true,
+		config: func(r *eppreplica.Replica) string {
+			return defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncerOnly, "", peerSyncerDataLayer)
+		},
+	},
+	{
+		// peer, with the prefix index shared among the replicas over peer-syncer's
+		// connections (issue 31): shared-prefix-cache-producer, with its defaults
+		// (autoTune, a 10 ms window, bootstrap), read by prefix-cache-scorer in
+		// place of upstream's index. (The in-flight producer's prefix discount reads
+		// upstream's index, absent here; active-request-scorer counts requests, not
+		// tokens, so nothing reads it.)
+		name: "shared-index", title: "shared prefix index", syncs: true, sharesIndex: true,
+		config: func(r *eppreplica.Replica) string {
+			return defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncer, activeRequestScorer, peerSyncerDataLayer)
+		},
 	},
 }
 

@@ -23,7 +23,8 @@ var series = []struct {
 	{"local", "LocalSyncer (nothing shared)", "#1f77b4"},
 	{"local-active", "LocalSyncer + active-request-scorer (control)", "#9467bd"},
 	{"peer", "peer-syncer (in-flight load shared)", "#ff7f0e"},
-	{"shared-index", "shared prefix index (issue 31, not built yet)", "#2ca02c"},
+	{"shared-index-default", "shared prefix index, default profile (control)", "#8c564b"},
+	{"shared-index", "shared prefix index", "#2ca02c"},
 }
 
 const (
@@ -38,7 +39,7 @@ const (
 // over the seeds as bars), as an SVG document.
 func plot(panels []panel, counts []int) string {
 	xs := append([]int{1}, counts...)
-	// The legend names the configurations of the run (one not built yet too).
+	// The legend names the configurations of the run.
 	var legend []string
 	lx := marginL
 	for _, s := range series {

@@ -94,9 +94,6 @@ func (b *bench) cells(kind workload.Kind, size string) []cell {
 				}
 			}
 			out = append(out, ce)
-			if c.pending {
-				break // one row says it is not built
-			}
 		}
 	}
 	return out
@@ -105,9 +102,9 @@ func (b *bench) cells(kind workload.Kind, size string) []cell {
 func (b *bench) report(took time.Duration) rendered {
 	var sb strings.Builder
 	cfg := b.o.sim.cfg
-	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by `make bench-routing` in %v: %d simulated vLLM servers (`modelsim`: KV cache of %s blocks of %d tokens each, at most %d running, steps of %v + %v per decoding request + %v per prefilled token; simulated time %g× the wall clock), the real EPP build (`bin/epp-llmd`) with llm-d-router's default profile, replicas on a real API server (envtest) with `endpointslice-peer-discovery`; %d seeds per case. Each figure is the median over the seeds, with the range in brackets. TTFT is simulated (the servers' queue and prefill); EPP CPU per request is every replica's CPU time over the run beyond what they use idle, per request.\n",
+	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by `make bench-routing` in %v: %d simulated vLLM servers (`modelsim`: KV cache of %s blocks of %d tokens each, at most %d running, steps of %v + %v per decoding request + %v per prefilled token; simulated time %g× the wall clock), the real EPP build (`bin/epp-llmd`) with llm-d-router's default profile, replicas on a real API server (envtest) with `endpointslice-peer-discovery`; %s. Each figure is the median over the seeds, with the range in brackets. TTFT is simulated (the servers' queue and prefill); EPP CPU per request is every replica's CPU time over the run beyond what they use idle, per request.\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second),
-		b.o.servers, markdown.Thousands(cfg.CapacityBlocks), cfg.BlockTokens, cfg.MaxRunning, cfg.StepBase, cfg.StepPerSequence, cfg.PrefillPerToken, b.o.sim.speedup, len(b.o.seeds))
+		b.o.servers, markdown.Thousands(cfg.CapacityBlocks), cfg.BlockTokens, cfg.MaxRunning, cfg.StepBase, cfg.StepPerSequence, cfg.PrefillPerToken, b.o.sim.speedup, b.seedsText())
 	var steps, late int64
 	idle := map[string]float64{}
 	var idleOrder []string
@@ -143,7 +140,9 @@ func (b *bench) report(took time.Duration) rendered {
 			cells := b.cells(kind, size)
 			var refs []result
 			for _, seed := range b.o.seeds {
-				refs = append(refs, result{ref: b.refs[refKey{kind, size, seed}]})
+				if ref, ok := b.refs[refKey{kind, size, seed}]; ok {
+					refs = append(refs, result{ref: ref})
+				}
 			}
 			blind := statOf(refs, func(r result) float64 { return r.ref.blind })
 			ceiling := statOf(refs, func(r result) float64 { return r.ref.ceiling })
@@ -153,7 +152,7 @@ func (b *bench) report(took time.Duration) rendered {
 			sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, c := range cells {
 				if len(c.runs) == 0 {
-					fmt.Fprintf(&sb, "| %s | – | not measured: not built yet | | | | | | | | |\n", c.title)
+					fmt.Fprintf(&sb, "| %s | %d | not measured (see above) | | | | | | | | |\n", c.title, c.replicas)
 					continue
 				}
 				same := "–"
@@ -179,7 +178,25 @@ func (b *bench) report(took time.Duration) rendered {
 			panels = append(panels, panel{title: fmt.Sprintf("%s, %s", kind, size), cells: cells, blind: blind.med})
 		}
 	}
+	sb.WriteString(b.costTable())
+	sb.WriteString(b.targets())
+	sb.WriteString(b.restartTable())
 	return rendered{markdown: sb.String(), svg: plot(panels, b.o.replicas)}
+}
+
+// seedsText says how many seeds each configuration ran.
+func (b *bench) seedsText() string {
+	s := fmt.Sprintf("%d seeds per case", len(b.o.seeds))
+	var fewer []string
+	for _, c := range b.o.configs {
+		if n := len(b.o.seedsOf(c)); n < len(b.o.seeds) {
+			fewer = append(fewer, c.title)
+		}
+	}
+	if len(fewer) > 0 {
+		s += fmt.Sprintf(" (%d for %s, to keep the bench within its time)", min(b.o.controlSeeds, len(b.o.seeds)), strings.Join(fewer, ", "))
+	}
+	return s
 }
 
 func describe(s workload.Spec) string {
@@ -223,9 +240,10 @@ func findings(cells []cell) string {
 	return fmt.Sprintf("\nHit rate against one replica's %.3f (TTFT p99 %s): %s.\n", hit(one), millis(float64(p99(one))), strings.Join(parts, "; "))
 }
 
-// smokeCheck fails unless every run's accounting adds up and one replica's hit
-// rate is above the floor its workload sets: halfway from prefix-blind routing to
-// the ceiling (a router that uses prefixes gains at least half of what there is to
+// smokeCheck fails unless every run's accounting adds up (with the shared index:
+// every placement published reached every peer) and one replica's hit rate is
+// above the floor its workload sets: halfway from prefix-blind routing to the
+// ceiling (a router that uses prefixes gains at least half of what there is to
 // gain over one that does not, on a workload whose working set fits).
 func (b *bench) smokeCheck() error {
 	var errs []error

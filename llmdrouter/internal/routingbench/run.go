@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,14 +38,35 @@ type runOptions struct {
 	kinds    []workload.Kind
 	sizes    []string
 	seeds    []uint64
-	servers  int
-	sim      modelsimFlags
-	scale    float64
-	write    string
-	plot     string
-	smoke    bool
-	epp      string
-	timeout  time.Duration
+	// controlSeeds bounds the seeds of the control configurations.
+	controlSeeds int
+	servers      int
+	sim          modelsimFlags
+	scale        float64
+	write        string
+	plot         string
+	smoke        bool
+	epp          string
+	timeout      time.Duration
+	// restartConfigs also run through a rolling restart of restartReplicas
+	// replicas, restartSeeds times (see rollingRestarts).
+	restartConfigs  []string
+	restartReplicas int
+	restartSeeds    int
+}
+
+// seedsOf are the seeds configuration c runs.
+func (o runOptions) seedsOf(c configuration) []uint64 {
+	if c.control {
+		return o.seeds[:min(len(o.seeds), o.controlSeeds)]
+	}
+	return o.seeds
+}
+
+// restarts says whether configuration c with n replicas also runs through a
+// rolling restart.
+func (o runOptions) restarts(c configuration, n int) bool {
+	return !c.single && n == o.restartReplicas && slices.Contains(o.restartConfigs, c.name) && o.restartSeeds > 0
 }
 
 func splitList(s string) []string {
@@ -61,16 +83,20 @@ func parseRunOptions(args []string) (runOptions, error) {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var o runOptions
 	o.sim.register(fs, benchCapacity)
-	configs := fs.String("configs", "single,local,peer,shared-index", "configurations, in order: single (one replica), local (LocalSyncer), local-active (LocalSyncer with peer's profile: a control), peer (peer-syncer), shared-index (issue 31, not built yet)")
+	configs := fs.String("configs", "single,single-active,local,peer,shared-index", "configurations, in order: single (one replica), single-active (one replica with peer's profile: a control), local (LocalSyncer), local-active (LocalSyncer with peer's profile: a control), peer (peer-syncer), shared-index-default (the shared prefix index on the default profile: a control), shared-index (peer and the shared prefix index)")
+	restart := fs.String("restart", "local,peer,shared-index", "configurations (of --configs) that also run the multi-turn workload that fits through a rolling restart of their replicas (\"\": none)")
+	fs.IntVar(&o.restartReplicas, "restart-replicas", 3, "replicas of the rolling restart runs (one of --replicas)")
+	fs.IntVar(&o.restartSeeds, "restart-seeds", 1, "rolling restart runs per configuration (seeds 1, 2, ...)")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	kinds := fs.String("workloads", "multi-turn,shared-prefix", "workloads: multi-turn, shared-prefix")
 	sizes := fs.String("sizes", "fits,exceeds", "sizes: fits (the working set fits the fleet's KV caches), exceeds")
 	seeds := fs.Int("seeds", 3, "seeds per workload (1, 2, ...)")
+	fs.IntVar(&o.controlSeeds, "control-seeds", 2, "seeds per workload of the control configurations (single-active, local, local-active, peer), at most --seeds")
 	fs.IntVar(&o.servers, "servers", 8, "simulated model servers")
 	fs.Float64Var(&o.scale, "scale", 1, "multiplies every workload's number of sessions or requests")
 	fs.StringVar(&o.write, "write", "", "write the tables into this markdown file, between the routing-bench markers")
 	fs.StringVar(&o.plot, "plot", "", "write the plot (SVG) to this file")
-	fs.BoolVar(&o.smoke, "smoke", false, "fail unless every request was routed and answered, the servers' token counts match the generator's, and one replica's hit rate is above halfway from prefix-blind routing's to the ceiling")
+	fs.BoolVar(&o.smoke, "smoke", false, "fail unless every request was routed and answered, the servers' token counts match the generator's, one replica's hit rate is above halfway from prefix-blind routing's to the ceiling, and (with the shared index) every placement reached every peer")
 	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
 	fs.DurationVar(&o.timeout, "run-timeout", 2*time.Minute, "wall-clock bound of one run (one workload, size and seed)")
 	if err := fs.Parse(args); err != nil {
@@ -85,6 +111,16 @@ func parseRunOptions(args []string) (runOptions, error) {
 			return o, fmt.Errorf("--configs: %w", err)
 		}
 		o.configs = append(o.configs, c)
+	}
+	for _, name := range splitList(*restart) {
+		c, err := configurationNamed(name)
+		if err != nil {
+			return o, fmt.Errorf("--restart: %w", err)
+		}
+		if c.single {
+			return o, fmt.Errorf("--restart: %s has one replica, none to restart one at a time", name)
+		}
+		o.restartConfigs = append(o.restartConfigs, name)
 	}
 	for _, f := range splitList(*replicas) {
 		n, err := strconv.Atoi(f)
@@ -105,8 +141,8 @@ func parseRunOptions(args []string) (runOptions, error) {
 		}
 		o.sizes = append(o.sizes, s)
 	}
-	if *seeds < 1 {
-		return o, fmt.Errorf("--seeds=%d: want at least 1", *seeds)
+	if *seeds < 1 || o.controlSeeds < 1 {
+		return o, fmt.Errorf("--seeds=%d --control-seeds=%d: want at least 1 each", *seeds, o.controlSeeds)
 	}
 	for i := range *seeds {
 		o.seeds = append(o.seeds, uint64(i+1))
@@ -120,6 +156,10 @@ func parseRunOptions(args []string) (runOptions, error) {
 		return o, errors.New("--epp: the EPP build is required (make build-llmd builds bin/epp-llmd)")
 	case len(o.configs) == 0 || len(o.kinds) == 0 || len(o.sizes) == 0:
 		return o, errors.New("--configs, --workloads and --sizes: want at least one each")
+	case o.restartSeeds < 0:
+		return o, fmt.Errorf("--restart-seeds=%d: want 0 or more", o.restartSeeds)
+	case len(o.restartConfigs) > 0 && o.restartSeeds > 0 && !slices.Contains(o.replicas, o.restartReplicas):
+		return o, fmt.Errorf("--restart-replicas=%d: want one of --replicas=%s (the rolling restart runs on those replicas after their runs), or --restart=\"\"", o.restartReplicas, *replicas)
 	}
 	if _, err := os.Stat(o.epp); err != nil {
 		return o, fmt.Errorf("--epp=%s: %w", o.epp, err)
@@ -174,7 +214,11 @@ type bench struct {
 	failures []string
 	// refs are the prefix-blind and ceiling figures of each workload, size and seed.
 	refs map[refKey]reference
-	logf func(format string, args ...any)
+	// footprints are each configuration's replicas' memory and index at its end.
+	footprints []footprint
+	// restarts are the runs through a rolling restart.
+	restarts []restartResult
+	logf     func(format string, args ...any)
 }
 
 type refKey struct {
@@ -230,10 +274,7 @@ func (b *bench) runAll() error {
 			counts = []int{1}
 		}
 		for _, n := range counts {
-			if err := b.runConfiguration(c, n); errors.Is(err, errNotBuilt) {
-				b.logf("%s: %v (skipped)", c.title, err)
-				break
-			} else if err != nil {
+			if err := b.runConfiguration(c, n); err != nil {
 				// The others are still measured; the report says what failed.
 				b.failures = append(b.failures, fmt.Sprintf("%s × %d: %v", c.title, n, err))
 				b.logf("%s × %d: %v", c.title, n, err)
@@ -246,14 +287,14 @@ func (b *bench) runAll() error {
 // eppProc is a running EPP replica.
 type eppProc struct {
 	*eppreplica.Replica
+	// slice is the replica's index among the Service's slices (eppreplica's
+	// WriteSyncSlice).
+	slice   int
 	process *proc.Process
 	client  *extproc.Client
 }
 
 func (b *bench) runConfiguration(c configuration, n int) error {
-	if c.pending {
-		return errNotBuilt
-	}
 	ctx := context.Background()
 	reps := make([]*eppreplica.Replica, n)
 	for i := range reps {
@@ -301,7 +342,7 @@ func (b *bench) runConfiguration(c configuration, n int) error {
 	b.logf("%s × %d: ready after %v; idle, the replicas use %.1f%% of a core", c.title, n, time.Since(t0).Round(time.Millisecond), 100*idle)
 	for _, kind := range b.o.kinds {
 		for _, size := range b.o.sizes {
-			for _, seed := range b.o.seeds {
+			for _, seed := range b.o.seedsOf(c) {
 				r, err := b.runCase(c, n, procs, kind, size, seed)
 				if err != nil {
 					b.failures = append(b.failures, fmt.Sprintf("%s × %d, %s %s, seed %d: %v", c.title, n, kind, size, seed, err))
@@ -313,6 +354,15 @@ func (b *bench) runConfiguration(c configuration, n int) error {
 				b.results = append(b.results, r)
 			}
 		}
+	}
+	fp, err := footprintOf(c, procs)
+	if err != nil {
+		return err
+	}
+	b.footprints = append(b.footprints, fp)
+	b.logf("%s × %d: %s", c.title, n, fp.summary())
+	if b.o.restarts(c, n) {
+		return b.rollingRestarts(c, ns, home, procs)
 	}
 	return nil
 }
@@ -338,7 +388,7 @@ func (b *bench) startReplicas(ns, dir string, reps []*eppreplica.Replica, config
 	var procs []*eppProc
 	for i, p := range ps {
 		if p != nil {
-			procs = append(procs, &eppProc{Replica: reps[i], process: p})
+			procs = append(procs, &eppProc{Replica: reps[i], slice: i, process: p})
 		}
 	}
 	if err != nil {
@@ -396,9 +446,14 @@ func (b *bench) waitReady(c configuration, procs []*eppProc, scrapes0 []int64) e
 				wrong = append(wrong, fmt.Sprintf("%s: %d peers (want %d), %v", p.Pod, len(doc.Peers), n-1, err))
 				continue
 			}
-			if c.name == "peer" && n > 1 {
+			if c.syncs && n > 1 {
 				if in, err := inSync(p.Debug); err != nil || in != n-1 {
 					wrong = append(wrong, fmt.Sprintf("%s: %d peers in sync (want %d), %v", p.Pod, in, n-1, err))
+				}
+			}
+			if c.sharesIndex {
+				if m, err := scrapeMetrics(p.Metrics); err != nil || !m.hasWarm || m.warm != 1 {
+					wrong = append(wrong, fmt.Sprintf("%s: the shared index not warm (%v)", p.Pod, err))
 				}
 			}
 		}
@@ -486,11 +541,11 @@ func (b *bench) runCase(c configuration, n int, procs []*eppProc, kind workload.
 	if err != nil {
 		return result{}, err
 	}
-	clients := make([]*extproc.Client, len(procs))
-	for i, p := range procs {
-		clients[i] = p.client
+	m0, err := scrapeAll(procs)
+	if err != nil {
+		return result{}, err
 	}
-	opts := loadgen.Options{Clock: b.fleet.Clock, Replicas: clients, Servers: b.servers, Model: b.o.sim.cfg.Model,
+	opts := loadgen.Options{Clock: b.fleet.Clock, Gateway: loadgen.NewGateway(gatewayReplicas(procs)...), Servers: b.servers, Model: b.o.sim.cfg.Model,
 		Seed: seed, RunID: fmt.Sprintf("%s%d-%s-%s-%d", c.name, n, kind, size, seed), Timeout: 30 * time.Second,
 		Start: b.fleet.Clock.Now()} // the clock runs across runs: this run's time 0 is now
 	ctx, cancel := context.WithTimeout(context.Background(), b.o.timeout)
@@ -513,8 +568,49 @@ func (b *bench) runCase(c configuration, n int, procs []*eppProc, kind workload.
 	r.imbalance = b.fleet.TakeBalance().Imbalance()
 	r.server = diff(st1, st0)
 	r.cpu = cpu1 - cpu0
+	if r.sync, err = b.syncOver(c, procs, m0); err != nil {
+		return result{}, err
+	}
 	r.check()
+	if c.sharesIndex {
+		r.checkSharing(n)
+	}
 	return r, nil
+}
+
+// gatewayReplicas are the replicas as the gateway lists them.
+func gatewayReplicas(procs []*eppProc) []loadgen.Replica {
+	out := make([]loadgen.Replica, len(procs))
+	for i, p := range procs {
+		out[i] = p.gatewayReplica()
+	}
+	return out
+}
+
+func (p *eppProc) gatewayReplica() loadgen.Replica {
+	return loadgen.Replica{Name: p.Pod, Client: p.client}
+}
+
+// syncOver is what the replicas sent and merged since the readings m0 (every
+// replica's together). With the shared index it waits (at most 5 s) until every
+// placement published has reached every peer, merged or dropped: they go out
+// within the window, and a run is over once the servers are idle.
+func (b *bench) syncOver(c configuration, procs []*eppProc, m0 []replicaMetrics) (replicaMetrics, error) {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		m1, err := scrapeAll(procs)
+		if err != nil {
+			return replicaMetrics{}, err
+		}
+		var sum replicaMetrics
+		for i := range m1 {
+			sum = sum.add(m1[i].sub(m0[i]))
+		}
+		if !c.sharesIndex || sum.merged["peer"]+sum.dropped >= float64(len(procs)-1)*sum.placementBytes.count || time.Now().After(deadline) {
+			return sum, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 func diff(a, b modelsim.Stats) modelsim.Stats {

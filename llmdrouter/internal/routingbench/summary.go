@@ -43,6 +43,9 @@ type result struct {
 	cpu       time.Duration // every replica's CPU time over the run
 	idleCPU   float64       // the replicas' CPU time per second with no request
 	wall      time.Duration
+	// sync is what the replicas sent to their peers and merged from them over the
+	// run (every replica's metrics together).
+	sync replicaMetrics
 
 	// problems are accounting mismatches (check).
 	problems []string
@@ -78,9 +81,9 @@ func summarize(records []loadgen.Record, convs []workload.Conversation, blockTok
 		r.srvCached += int64(rec.CachedTokens)
 		r.ttft = append(r.ttft, rec.TTFT)
 		r.route = append(r.route, rec.Route)
-		if full := rec.ReuseTokens / blockTokens * blockTokens; full > 0 {
+		if reuse, precise := reuses(rec, blockTokens); reuse {
 			r.reuse++
-			if rec.CachedTokens >= full {
+			if precise {
 				r.precise++
 			}
 		}
@@ -95,6 +98,14 @@ func summarize(records []loadgen.Record, convs []workload.Conversation, blockTok
 	slices.Sort(r.ttft)
 	slices.Sort(r.route)
 	return r
+}
+
+// reuses says whether rec could reuse whole blocks of an earlier prompt (a
+// conversation's previous turn; a shared prefix after its group's first request),
+// and whether its server still held them all (its cached tokens).
+func reuses(rec loadgen.Record, blockTokens int) (reuse, precise bool) {
+	full := rec.ReuseTokens / blockTokens * blockTokens
+	return full > 0, full > 0 && rec.CachedTokens >= full
 }
 
 // check records every way the run's accounting does not add up: every request
@@ -120,6 +131,22 @@ func (r *result) check() {
 	}
 	if r.server.Aborted > 0 {
 		add("%d requests aborted at the servers", r.server.Aborted)
+	}
+}
+
+// checkSharing records, for replicas that share the prefix index, a placement
+// published during the run that did not reach each of the n-1 peers (merged, or
+// dropped and counted): the peers' indexes would differ by more than the order of
+// their LRUs.
+func (r *result) checkSharing(n int) {
+	published := r.sync.placementBytes.count
+	reached := r.sync.merged["peer"] + r.sync.dropped
+	if reached != float64(n-1)*published {
+		r.problems = append(r.problems, fmt.Sprintf("%.0f placements published, %.0f merged and %.0f dropped by the peers: want %d × %.0f",
+			published, r.sync.merged["peer"], r.sync.dropped, n-1, published))
+	}
+	if published == 0 && r.answered > 0 {
+		r.problems = append(r.problems, fmt.Sprintf("%d requests answered and no placement published", r.answered))
 	}
 }
 

@@ -1,9 +1,11 @@
 // Package loadgen is the routing benchmark's load generator, acting as the gateway
 // in front of EPP replicas: conversations arrive open-loop (at their Poisson
-// arrival times); each request goes to an EPP replica chosen at random (as a
-// Service spreads connections), through the ext_proc exchange as Envoy runs it,
-// then to the endpoint the EPP picked, and the answer back through the EPP. Every
-// request is recorded with the replica, the server, its tokens and simulated TTFT.
+// arrival times); each request goes to an EPP replica chosen at random among those
+// the gateway lists (as a Service spreads connections over its ready endpoints;
+// the list may change during a run, as in a rolling update), through the ext_proc
+// exchange as Envoy runs it, then to the endpoint the EPP picked, and the answer
+// back through the EPP. Every request is recorded with when it was sent, the
+// replica, the server, its tokens and simulated TTFT.
 package loadgen
 
 import (
@@ -30,8 +32,8 @@ type Options struct {
 	Clock *modelsim.Clock
 	// Start is when (on Clock) the workload's time 0 is.
 	Start time.Duration
-	// Replicas are the EPP replicas' ext_proc clients.
-	Replicas []*extproc.Client
+	// Gateway lists the EPP replicas requests go to.
+	Gateway *Gateway
 	// Servers maps an endpoint the EPP may pick (ip:port) to a server's index.
 	Servers map[string]int
 	// Model is the model requests name.
@@ -48,7 +50,10 @@ type Options struct {
 // Record is one request's outcome.
 type Record struct {
 	Conv, Turn int
-	Replica    int
+	// Sent is when (on Clock, from Start) the request was sent.
+	Sent time.Duration
+	// Replica is the name of the replica that routed it.
+	Replica string
 	// Server is the index of the server the EPP picked (-1: none, or unknown).
 	Server   int
 	Endpoint string
@@ -146,12 +151,13 @@ func (o Options) conversation(ctx context.Context, client *http.Client, c worklo
 	return out
 }
 
-// replica is the replica a turn goes to: a function of the seed, the conversation
-// and the turn only, so that every configuration of a run sees the same choices.
-func (o Options) replica(conv, turn int) int {
+// choice is the random number that picks the replica of a turn: a function of the
+// seed, the conversation and the turn only, so that every configuration of a run
+// sees the same choices (among the same number of replicas).
+func (o Options) choice(conv, turn int) uint64 {
 	h := fnv.New64a()
 	_, _ = fmt.Fprintf(h, "%d/%d/%d", o.Seed, conv, turn)
-	return rand.New(rand.NewPCG(h.Sum64(), 0)).IntN(len(o.Replicas)) //nolint:gosec // a benchmark's choice
+	return rand.New(rand.NewPCG(h.Sum64(), 0)).Uint64() //nolint:gosec // a benchmark's choice
 }
 
 // send runs one request through an EPP replica to the server it picks and back.
@@ -162,9 +168,15 @@ func (o Options) send(ctx context.Context, client *http.Client, c workload.Conve
 	if err != nil {
 		return "", err
 	}
-	rec.Replica = o.replica(c.ID, rec.Turn)
+	rec.Sent = o.Clock.Now() - o.Start
+	replica, release, err := o.Gateway.pick(o.choice(c.ID, rec.Turn))
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	rec.Replica = replica.Name
 	start := time.Now()
-	r, err := o.Replicas[rec.Replica].Route(ctx, extproc.Call{Path: c.Path(), Body: body, ID: fmt.Sprintf("%s-%d-%d", o.RunID, c.ID, rec.Turn)})
+	r, err := replica.Client.Route(ctx, extproc.Call{Path: c.Path(), Body: body, ID: fmt.Sprintf("%s-%d-%d", o.RunID, c.ID, rec.Turn)})
 	if err != nil {
 		return "", fmt.Errorf("routing: %w", err)
 	}
