@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -86,11 +87,13 @@ type replacement struct {
 	snapshot, dropped, notInPool float64
 }
 
-// restartResult is a run through a rolling restart.
+// restartResult is a run through a rolling restart, or its baseline: the same
+// workload (other text) with no restart, split at the restart run's times.
 type restartResult struct {
 	config, title string
 	replicas      int
 	seed          uint64
+	baseline      bool
 	// run is the whole run's figures and accounting checks.
 	run result
 	// phases: before the first replacement, during the replacements, after.
@@ -102,15 +105,26 @@ type restartResult struct {
 
 // rollingRestarts runs configuration c's replicas procs (in namespace ns, their
 // HOMEs in home) through restartSeeds rolling restarts with traffic, replacing
-// procs' elements with the new replicas.
+// procs' elements with the new replicas, each followed, for the configurations of
+// --restart-baseline, by its baseline.
 func (b *bench) rollingRestarts(c configuration, ns, home string, procs []*eppProc) error {
 	for g := range b.o.restartSeeds {
-		rr, err := b.restartRun(c, ns, home, procs, uint64(g+1))
+		seed := uint64(g + 1)
+		rr, err := b.restartRun(c, ns, home, procs, seed, nil)
 		if err != nil {
-			return fmt.Errorf("rolling restart, seed %d: %w", g+1, err)
+			return fmt.Errorf("rolling restart, seed %d: %w", seed, err)
 		}
-		b.logf("%s × %d, rolling restart, seed %d: %s", c.title, len(procs), g+1, rr.summary())
+		b.logf("%s × %d, rolling restart, seed %d: %s", c.title, len(procs), seed, rr.summary())
 		b.restarts = append(b.restarts, rr)
+		if !slices.Contains(b.o.restartBaselines, c.name) {
+			continue
+		}
+		base, err := b.restartRun(c, ns, home, procs, seed, &rr)
+		if err != nil {
+			return fmt.Errorf("the rolling restart's baseline, seed %d: %w", seed, err)
+		}
+		b.logf("%s × %d, no restart, seed %d: %s", c.title, len(procs), seed, base.summary())
+		b.restarts = append(b.restarts, base)
 	}
 	return nil
 }
@@ -123,16 +137,17 @@ func (b *bench) rollingRestarts(c configuration, ns, home string, procs []*eppPr
 // and the gateway sends it requests; then one old pod is deleted: its slice lists
 // it terminating, the gateway sends it no new request, and once those it routes
 // ended it gets SIGTERM, exits, and leaves the slices. The next new pod starts at
-// once.
-func (b *bench) restartRun(c configuration, ns, home string, procs []*eppProc, seed uint64) (restartResult, error) {
+// once. With along (a restart run), it is that run's baseline: no replica is
+// replaced, and the phases end when along's did.
+func (b *bench) restartRun(c configuration, ns, home string, procs []*eppProc, seed uint64, along *restartResult) (restartResult, error) {
 	n := len(procs)
-	rr := restartResult{config: c.name, title: c.title, replicas: n, seed: seed}
+	rr := restartResult{config: c.name, title: c.title, replicas: n, seed: seed, baseline: along != nil}
 	spec, err := preset(workload.MultiTurn, sizeFits, 1)
 	if err != nil {
 		return rr, err
 	}
 	spec.Count = int(math.Round(spec.Rate * restartArrivals.Seconds()))
-	convs, err := workload.Generate(spec, seed, salt("restart", c.name, n, seed))
+	convs, err := workload.Generate(spec, seed, salt("restart", c.name, n, seed, rr.baseline))
 	if err != nil {
 		return rr, err
 	}
@@ -163,7 +178,12 @@ func (b *bench) restartRun(c configuration, ns, home string, procs []*eppProc, s
 	var stopErrs []string
 	var watchers sync.WaitGroup
 	replaced := make([]*replacement, 0, n)
-	for k := range procs {
+	toReplace := procs
+	if along != nil {
+		toReplace = nil
+		begin = along.phases[1].from
+	}
+	for k := range toReplace {
 		old := procs[k]
 		// Another ReplicaSet's pod: a name and an address of its own, the slice
 		// of its own (each replica has a peer-sync port of its own here).
@@ -196,6 +216,9 @@ func (b *bench) restartRun(c configuration, ns, home string, procs []*eppProc, s
 		})
 	}
 	end := b.fleet.Clock.Now() - opts.Start
+	if along != nil {
+		end = along.phases[1].to
+	}
 	records := <-done
 	wall := time.Since(start)
 	stops.Wait()
@@ -327,6 +350,9 @@ func (p phase) figures() string {
 
 func (rr restartResult) summary() string {
 	var parts []string
+	if rr.baseline {
+		parts = append(parts, "no restart")
+	}
 	for _, p := range rr.phases {
 		parts = append(parts, fmt.Sprintf("%s %s", p.name, p.figures()))
 	}

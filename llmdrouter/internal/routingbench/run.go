@@ -53,6 +53,8 @@ type runOptions struct {
 	restartConfigs  []string
 	restartReplicas int
 	restartSeeds    int
+	// restartBaselines also run the restart's workload without a restart.
+	restartBaselines []string
 }
 
 // seedsOf are the seeds configuration c runs.
@@ -87,6 +89,7 @@ func parseRunOptions(args []string) (runOptions, error) {
 	restart := fs.String("restart", "local,peer,shared-index", "configurations (of --configs) that also run the multi-turn workload that fits through a rolling restart of their replicas (\"\": none)")
 	fs.IntVar(&o.restartReplicas, "restart-replicas", 3, "replicas of the rolling restart runs (one of --replicas)")
 	fs.IntVar(&o.restartSeeds, "restart-seeds", 1, "rolling restart runs per configuration (seeds 1, 2, ...)")
+	baselines := fs.String("restart-baseline", "shared-index", "configurations (of --restart) that also run each rolling restart's workload without a restart, split at the same times (\"\": none)")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	kinds := fs.String("workloads", "multi-turn,shared-prefix", "workloads: multi-turn, shared-prefix")
 	sizes := fs.String("sizes", "fits,exceeds", "sizes: fits (the working set fits the fleet's KV caches), exceeds")
@@ -121,6 +124,12 @@ func parseRunOptions(args []string) (runOptions, error) {
 			return o, fmt.Errorf("--restart: %s has one replica, none to restart one at a time", name)
 		}
 		o.restartConfigs = append(o.restartConfigs, name)
+	}
+	for _, name := range splitList(*baselines) {
+		if _, err := configurationNamed(name); err != nil {
+			return o, fmt.Errorf("--restart-baseline: %w", err)
+		}
+		o.restartBaselines = append(o.restartBaselines, name)
 	}
 	for _, f := range splitList(*replicas) {
 		n, err := strconv.Atoi(f)

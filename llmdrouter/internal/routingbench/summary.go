@@ -199,6 +199,10 @@ func (r result) summary() string {
 		percentile(r.ttft, 0.5).Round(time.Millisecond), percentile(r.ttft, 0.99).Round(time.Millisecond),
 		r.answered, r.want, r.reqPerSec(), r.cpuPerRequest().Round(time.Microsecond),
 		percentile(r.route, 0.5).Round(100*time.Microsecond), percentile(r.route, 0.99).Round(100*time.Microsecond), r.server.Late, r.server.Steps)
+	if r.sync.placementBytes.count > 0 {
+		s += fmt.Sprintf(", %.0f placements of %.0f bytes on average, propagation p50 %s p99 %s",
+			r.sync.placementBytes.count, r.sync.placementBytes.mean(), quantileString(r.sync.propagation, 0.5), quantileString(r.sync.propagation, 0.99))
+	}
 	if len(r.problems) > 0 {
 		s += fmt.Sprintf("; PROBLEMS: %v", r.problems)
 	}
