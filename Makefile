@@ -295,6 +295,18 @@ verify-docs: $(BIN)/helm-docs $(BIN)/terraform-docs ## Fail when the generated c
 	    if ! cmp -s "$${f%%:*}" "$$tmp/$${f##*:}"; then echo "stale generated docs: $${f%%:*} (now regenerated: review and commit it)"; stale=1; fi; \
 	  done; exit $$stale
 
+.PHONY: docs-reference
+docs-reference: ## Write docs/REFERENCE.md's generated tables (the epp flags, the sources' settings, the metrics) from the code (hack/docgen).
+	go run ./hack/docgen -write docs/REFERENCE.md
+
+.PHONY: verify-reference
+verify-reference: ## Fail when docs/REFERENCE.md's generated tables differ from the code (run make docs-reference).
+	@go run ./hack/docgen docs/REFERENCE.md
+
+.PHONY: verify-links
+verify-links: ## Fail when a link of README.md, docs/*.md or another README (a file, or a heading's #anchor) does not resolve (hack/doclinks).
+	@go run ./hack/doclinks README.md docs/*.md charts/epp/README.md terraform/README.md llmdrouter/patches/README.md
+
 .PHONY: set-version
 set-version: ## Set the release version everywhere it appears (VERSION=x.y.z): the chart's version and appVersion, kustomize's images and version label, the root module version llmdrouter/ requires.
 	@[ -n "$(VERSION)" ] || { echo "usage: make set-version VERSION=x.y.z"; exit 2; }
@@ -307,7 +319,7 @@ release: ## Tag a release (VERSION=x.y.z, after set-version is committed): vX.Y.
 	hack/release.sh tag $(VERSION)
 
 .PHONY: lint
-lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs verify-llmdrouter-tidy ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check, the generated docs and llmdrouter/'s tidy go.mod (terraform fmt is checked by test-terraform).
+lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs verify-reference verify-links verify-llmdrouter-tidy ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check, the generated docs (chart, Terraform, docs/REFERENCE.md), the docs' links and llmdrouter/'s tidy go.mod (terraform fmt is checked by test-terraform).
 	@for m in $(GO_MODULES); do echo "golangci-lint: $$m"; vars="GOWORK=off"; [ $$m = llmdrouter ] && vars="GOWORK=$(LLMD_WORK) CGO_ENABLED=0"; \
 	  (cd $$m && env $$vars $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...) || exit 1; done
 

@@ -31,13 +31,21 @@ func ReplaceSection(path, begin, end, text string) error {
 	if err != nil {
 		return err
 	}
-	s := string(b)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		return fmt.Errorf("%s: no section between %q and %q", path, begin, end)
+	s, err := WithSection(string(b), begin, end, text)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
 	}
-	s = s[:i+len(begin)] + "\n" + text + s[j:]
 	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+// WithSection is doc with text between the markers begin and end, in place of what
+// was there (text ends with a newline, so that end stays on a line of its own).
+func WithSection(doc, begin, end, text string) (string, error) {
+	i, j := strings.Index(doc, begin), strings.Index(doc, end)
+	if i < 0 || j < i {
+		return "", fmt.Errorf("no section between %q and %q", begin, end)
+	}
+	return doc[:i+len(begin)] + "\n" + text + doc[j:], nil
 }
 
 // CodeBlocks returns the contents of the fenced code blocks of doc (```lang ... ```)
