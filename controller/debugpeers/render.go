@@ -20,7 +20,7 @@ import (
 //
 // Layout: the status fields and `"peers": [` on the first line, one peer per line,
 // then `],` and the remaining fields, with a space after every colon and comma as
-// in the README (so `grep '"synced": true'` works). JSON readers see the same
+// in docs/OPERATING.md (so `grep '"synced": true'` works). JSON readers see the same
 // document as encoding/json gives (the test decodes both).
 type docRenderer struct {
 	prev       []peers.PeerMetadata  // the peers of the last rendering, ordered by ID

@@ -18,7 +18,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
-// peerRole is the Role the README gives: exactly get, list, watch on endpointslices.
+// peerRole is the Role docs/DEPLOY.md gives: exactly get, list, watch on endpointslices.
 func peerRole(ns string) *rbacv1.Role {
 	return &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: "epp-peer-discovery", Namespace: ns},

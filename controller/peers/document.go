@@ -20,7 +20,7 @@ type Document struct {
 	Peers     []PeerEntry   `json:"peers"`
 	UpdatedAt *time.Time    `json:"updatedAt,omitempty"`
 	// Stale is true while the view may be out of date: the source cannot be read and
-	// the last good set is kept (see the README's definition). StaleSince is when it
+	// the last good set is kept (see "Stale views" in docs/OPERATING.md). StaleSince is when it
 	// became stale, StaleReason the cause (refused, reset, timeout, tls,
 	// server-error, forbidden, unauthorized, read, parse, other).
 	Stale       *bool      `json:"stale,omitempty"`

@@ -1,5 +1,5 @@
 // Command epp runs EPP peer discovery and shows its peer view at /debug/peers.
-// See the README for flags and examples.
+// See docs/REFERENCE.md for its flags and docs/DEPLOY.md for examples.
 package main
 
 import (
