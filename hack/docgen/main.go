@@ -1,6 +1,7 @@
 // Command docgen writes the reference tables of docs/REFERENCE.md from the code, so
 // that they cannot drift from it: the epp binary's flags (from its -h output, the
-// flag set the binary parses), the peer sources' settings (from each source's
+// flag set the binary parses) and the error it prints without a peer source, the
+// peer sources' settings (from each source's
 // discovery.SourceSpec, which both the flags and the EPP plugin parameters come
 // from), and the Prometheus metrics (from their registrations: every
 // prometheus.New*Vec with its Opts in the Go code of controller/ and llmdrouter/).
@@ -17,11 +18,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -52,6 +55,7 @@ func main() {
 func run(root, file string, write bool) error {
 	tables := map[string]func() (string, error){
 		"flags":      flagsTable,
+		"no-source":  noSourceExample,
 		"parameters": parametersTable,
 		"metrics":    func() (string, error) { return metricsTable(root) },
 	}
@@ -151,6 +155,18 @@ func flagsTable() (string, error) {
 		fmt.Fprintf(&b, "| `--%s` | %s | %s | %s |\n", e.name, typ, cell(code(e.def)), cell(usage))
 	}
 	return b.String(), nil
+}
+
+// noSourceExample is what `epp --enable-peer-discovery` prints (the binary writes
+// "epp: " and the error) and its exit code, as a shell session.
+func noSourceExample() (string, error) {
+	args := []string{"--enable-peer-discovery"}
+	_, err := app.Parse(args, func(string) string { return "" }, io.Discard)
+	var usage *app.UsageError
+	if !errors.As(err, &usage) {
+		return "", fmt.Errorf("epp %s: want a usage error, got %v", strings.Join(args, " "), err)
+	}
+	return fmt.Sprintf("```console\n$ bin/epp %s; echo \"exit code $?\"\nepp: %v\nexit code 2\n```\n", strings.Join(args, " "), err), nil
 }
 
 // parametersTable is every source's settings, as its SourceSpec declares them: one
