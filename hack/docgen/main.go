@@ -115,8 +115,8 @@ func code(s string) string {
 func flagsTable() (string, error) {
 	var help bytes.Buffer
 	_, err := app.Parse([]string{"-h"}, func(string) string { return "" }, &help)
-	if err != app.ErrHelp {
-		return "", fmt.Errorf("epp -h: want the usage, got %v", err)
+	if !errors.Is(err, app.ErrHelp) {
+		return "", fmt.Errorf("epp -h: want the usage, got %w", err)
 	}
 	type entry struct{ name, typ, usage, def string }
 	var entries []entry
@@ -164,7 +164,7 @@ func noSourceExample() (string, error) {
 	_, err := app.Parse(args, func(string) string { return "" }, io.Discard)
 	var usage *app.UsageError
 	if !errors.As(err, &usage) {
-		return "", fmt.Errorf("epp %s: want a usage error, got %v", strings.Join(args, " "), err)
+		return "", fmt.Errorf("epp %s: want a usage error, got %w", strings.Join(args, " "), err)
 	}
 	return fmt.Sprintf("```console\n$ bin/epp %s; echo \"exit code $?\"\nepp: %v\nexit code 2\n```\n", strings.Join(args, " "), err), nil
 }
