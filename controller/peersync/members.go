@@ -81,7 +81,7 @@ func (s *Syncer) setMembers(ctx context.Context, ps []peers.PeerMetadata) {
 			rec = &peerRec{id: id, meta: p, idx: s.allocIdx()}
 			s.peers[id] = rec
 			s.byAddr[p.Address] = append(s.byAddr[p.Address], rec)
-			o := &outStream{peer: p, done: make(chan struct{})}
+			o := &outStream{peer: p, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 			octx, cancel := context.WithCancel(ctx)
 			o.cancel = cancel
 			rec.out = o

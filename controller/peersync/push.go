@@ -204,8 +204,20 @@ type outStream struct {
 	conn   atomic.Pointer[outConn] // the connection in use, nil while there is none
 	cancel context.CancelFunc
 	done   chan struct{}
+	// wake ends a wait between dials: the peer just connected to this replica, so it
+	// is up (a replica that starts is dialed at once by the peers that were waiting
+	// for it, not after their backoff).
+	wake chan struct{}
 
 	lastError atomic.Pointer[string]
+}
+
+// up tells o's dial loop that its peer is up (wake).
+func (o *outStream) up() {
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
 }
 
 // outConn is one connection to the peer. inSync and broken are the push loop's.
@@ -284,6 +296,7 @@ func (o *outStream) run(ctx context.Context, s *Syncer) {
 			case <-ctx.Done():
 				return
 			case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+			case <-o.wake:
 			}
 		}
 		// A connection, or a dial, ends when this replica's discovery stops listing

@@ -92,6 +92,11 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 	defer s.detach(in)
 	admitted()
 	rec := in.rec
+	s.mu.Lock()
+	if o := rec.out; o != nil {
+		o.up()
+	}
+	s.mu.Unlock()
 	br := bufio.NewReaderSize(conn, 64<<10)
 	// One message at a time: its buffer and decoded form are reused (what a message
 	// defines is copied out, values into their cells).
