@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,8 +21,10 @@ import (
 	"github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/requestcontrol/dataproducer/inflightload"
 	"github.com/llm-d/llm-d-router/pkg/epp/statesync"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peersyncer"
 )
@@ -141,4 +144,38 @@ func (f *Fleet) Stop(i int) {
 	if c := f.replicas[i].cancel; c != nil {
 		c()
 	}
+}
+
+// WaitConnected waits until each of rs holds an in-sync connection to every other
+// one of rs, both ways: each one's syncer has pushed its full state to the others
+// and had theirs. A replica sends what it publishes (the shared prefix index's
+// placements) on the connections it has; before they are up, a decision reaches
+// only the peers already connected, so a test that asserts every peer gets a
+// decision starts routing after this.
+func WaitConnected(t *testing.T, within time.Duration, rs ...*Replica) {
+	t.Helper()
+	wait.ForEvery(t, within, 10*time.Millisecond, func() string {
+		for _, r := range rs {
+			doc := r.Syncer.(*peersyncer.Plugin).Syncer().Document("-", "-")
+			peers := map[string]peersync.PeerStatus{}
+			for _, p := range doc.Peers {
+				peers[p.ID] = p
+			}
+			for _, o := range rs {
+				if o == r {
+					continue
+				}
+				p, ok := peers["ns/"+o.Name]
+				switch {
+				case !ok:
+					return fmt.Sprintf("%s does not list %s as a peer yet", r.Name, o.Name)
+				case p.Outbound != "in-sync":
+					return fmt.Sprintf("%s's connection to %s is %s %s", r.Name, o.Name, p.Outbound, p.OutboundError)
+				case !p.InSync:
+					return fmt.Sprintf("%s has no full state from %s yet", r.Name, o.Name)
+				}
+			}
+		}
+		return ""
+	})
 }
