@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -19,6 +20,8 @@ import (
 	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
 	extractormetrics "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/extractor/metrics"
 	sourcemetrics "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/source/metrics"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 func post(t *testing.T, url, body string) (Response, http.Header) {
@@ -87,13 +90,12 @@ func TestMetricsAsLLMDRouterReadsThem(t *testing.T) {
 	for i := range 3 {
 		wg.Go(func() { _, _ = s.Submit(ctx, completion(strings.Repeat(strconv.Itoa(i), 4*100), 100), nil) })
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if st := s.State(); st.Running == 2 && st.Waiting == 1 {
-			break
-		} else if time.Now().After(deadline) {
-			t.Fatalf("3 requests, at most 2 running: %+v", st)
+	wait.ForEvery(t, 10*time.Second, time.Millisecond, func() string {
+		if st := s.State(); st.Running != 2 || st.Waiting != 1 {
+			return fmt.Sprintf("3 requests, at most 2 running: %+v", st)
 		}
-	}
+		return ""
+	})
 	resp, err := http.Get(srv.URL + "/metrics") //nolint:noctx // a test's loopback server
 	if err != nil {
 		t.Fatal(err)

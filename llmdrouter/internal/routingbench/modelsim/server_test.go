@@ -3,12 +3,15 @@ package modelsim
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // startServer runs a server of cfg on a clock of speedup until the test ends.
@@ -191,18 +194,20 @@ func TestServerDropsAbortedRequests(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := s.Submit(ctx, completion("waits", 5), nil); errc <- err }()
-	for deadline := time.Now().Add(5 * time.Second); s.State().Waiting != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the second request never waited: %+v", s.State())
+	wait.ForEvery(t, 5*time.Second, time.Millisecond, func() string {
+		if st := s.State(); st.Waiting != 1 {
+			return fmt.Sprintf("the second request never waited: %+v", st)
 		}
-	}
+		return ""
+	})
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("aborted request: %v", err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); s.Stats().Aborted != 1; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the aborted request was not dropped: %+v", s.Stats())
+	wait.ForEvery(t, 5*time.Second, time.Millisecond, func() string {
+		if st := s.Stats(); st.Aborted != 1 {
+			return fmt.Sprintf("the aborted request was not dropped: %+v", st)
 		}
-	}
+		return ""
+	})
 }
