@@ -16,6 +16,7 @@ import (
 	k8stypes "k8s.io/apimachinery/pkg/types"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // rejectionWatch follows every EPP pod of the namespace, each through a port-forward
@@ -126,19 +127,18 @@ func TestRolloutRestartCountsNoRejection(t *testing.T) {
 	if _, err := c.cs.AppsV1().Deployments(c.ns).Patch(ctx, name, k8stypes.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	for {
+	took := wait.ForEvery(t, 5*time.Minute, time.Second, func() string {
 		d, err := c.cs.AppsV1().Deployments(c.ns).Get(ctx, name, metav1.GetOptions{})
-		if err == nil && d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == 3 &&
-			d.Status.ReadyReplicas == 3 && d.Status.Replicas == 3 {
-			break
+		if err != nil {
+			return fmt.Sprintf("the rollout did not complete: %v", err)
 		}
-		if time.Since(start) > 5*time.Minute {
-			t.Fatalf("the rollout did not complete in 5 minutes: %+v", d.Status)
+		if d.Status.ObservedGeneration < d.Generation || d.Status.UpdatedReplicas != 3 ||
+			d.Status.ReadyReplicas != 3 || d.Status.Replicas != 3 {
+			return fmt.Sprintf("the rollout did not complete: %+v", d.Status)
 		}
-		time.Sleep(time.Second)
-	}
-	t.Logf("rollout restart complete after %v", time.Since(start).Round(time.Second))
+		return ""
+	})
+	t.Logf("rollout restart complete after %v", took.Round(time.Second))
 	fresh := eppPods(t, c)
 	now := map[string]string{}
 	for _, p := range fresh {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/kindnode"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
 )
 
@@ -79,24 +80,27 @@ func route(t *testing.T, clients map[string]*extproc.Client, pod string, body []
 // it had none to ask) as its /debug/peer-sync says.
 func warm(t *testing.T, addr string, within time.Duration) float64 {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
+	var after float64
+	wait.ForEvery(t, within, 100*time.Millisecond, func() string {
 		resp, err := client.Get("http://" + addr + "/debug/peer-sync?key=-")
-		if err == nil {
-			var doc peersync.Document
-			err = json.NewDecoder(resp.Body).Decode(&doc)
-			resp.Body.Close()
-			for _, b := range doc.Broadcasts {
-				if strings.HasPrefix(b.Name, "prefix/") && b.Warm {
-					return b.WarmAfterSeconds
-				}
+		if err != nil {
+			return fmt.Sprintf("the shared index at %s not warm (%v)", addr, err)
+		}
+		var doc peersync.Document
+		err = json.NewDecoder(resp.Body).Decode(&doc)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Sprintf("the shared index at %s not warm (%v)", addr, err)
+		}
+		for _, b := range doc.Broadcasts {
+			if strings.HasPrefix(b.Name, "prefix/") && b.Warm {
+				after = b.WarmAfterSeconds
+				return ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the shared index at %s not warm within %v (%v)", addr, within, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return fmt.Sprintf("the shared index at %s not warm", addr)
+	})
+	return after
 }
 
 // TestSharedPrefixIndexOnKind: three replicas on three nodes with the chart's
@@ -178,19 +182,15 @@ func TestSharedPrefixIndexOnKind(t *testing.T) {
 	}
 	waitSliceGone(t, c, cc)
 	var fresh string
-	for deadline := time.Now().Add(3 * time.Minute); fresh == ""; {
+	wait.ForEvery(t, 3*time.Minute, time.Second, func() string {
 		for _, p := range eppPods3(t, c) {
 			if p.Name != a.Name && p.Name != b && p.Name != cc {
 				fresh = p.Name
+				return ""
 			}
 		}
-		if fresh == "" {
-			if time.Now().After(deadline) {
-				t.Fatal("no new EPP pod in 3 minutes")
-			}
-			time.Sleep(time.Second)
-		}
-	}
+		return "no new EPP pod"
+	})
 	connect(fresh)
 	after := warm(t, debug[fresh], 60*time.Second)
 	t.Logf("the new replica %s was warm %.2fs after it started", fresh, after)
@@ -202,23 +202,22 @@ func TestSharedPrefixIndexOnKind(t *testing.T) {
 // eppPods3 is eppPods that waits for three ready pods (a deleted one is replaced).
 func eppPods3(t *testing.T, c *cluster) []corev1.Pod {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	var out []corev1.Pod
+	wait.ForEvery(t, 3*time.Minute, time.Second, func() string {
 		pods, err := c.cs.CoreV1().Pods(c.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=epp"})
-		if err == nil {
-			var out []corev1.Pod
-			for _, p := range pods.Items {
-				if p.DeletionTimestamp == nil && ready(&p) {
-					out = append(out, p)
-				}
-			}
-			if len(out) == 3 {
-				return out
+		if err != nil {
+			return fmt.Sprintf("three ready EPP pods not back (%v)", err)
+		}
+		out = out[:0]
+		for _, p := range pods.Items {
+			if p.DeletionTimestamp == nil && ready(&p) {
+				out = append(out, p)
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("three ready EPP pods not back within 3 minutes")
+		if len(out) != 3 {
+			return fmt.Sprintf("three ready EPP pods not back: %d ready", len(out))
 		}
-		time.Sleep(time.Second)
-	}
+		return ""
+	})
+	return out
 }

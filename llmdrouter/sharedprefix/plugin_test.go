@@ -193,18 +193,13 @@ func (r *replica) matched(tokens []uint32) (map[string]int, map[string]float64) 
 // how long it took.
 func waitMatched(t *testing.T, r *replica, tokens []uint32, server, want int) time.Duration {
 	t.Helper()
-	start := time.Now()
 	name := fmt.Sprintf("vllm-%d-rank-0", server)
-	for {
-		got, _ := r.matched(tokens)
-		if got[name] == want {
-			return time.Since(start)
+	return wait.ForEvery(t, 5*time.Second, time.Millisecond, func() string {
+		if got, _ := r.matched(tokens); got[name] != want {
+			return fmt.Sprintf("%s: %s matches %d blocks, want %d (all: %v)", r.Name, name, got[name], want, got)
 		}
-		if time.Since(start) > 5*time.Second {
-			t.Fatalf("%s: %s matches %d blocks, want %d (all: %v)", r.Name, name, got[name], want, got)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return ""
+	})
 }
 
 func percentile(ds []time.Duration, p float64) time.Duration {
