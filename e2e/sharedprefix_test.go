@@ -19,6 +19,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // TestSharedPrefixIndexLoads (local backend): the EPP configuration the chart
@@ -65,21 +66,19 @@ func TestSharedPrefixIndexLoads(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	status := ""
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
+	wait.ForEvery(&eppOutputOnFailure{T: t, rt: rt}, 60*time.Second, 250*time.Millisecond, func() string {
 		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		resp, err := healthpb.NewHealthClient(conn).Check(cctx, &healthpb.HealthCheckRequest{Service: "readiness"})
 		cancel()
-		if status = resp.GetStatus().String(); err != nil {
+		status := resp.GetStatus().String()
+		if err != nil {
 			status = err.Error()
 		}
-		if status == healthpb.HealthCheckResponse_SERVING.String() {
-			break
+		if status != healthpb.HealthCheckResponse_SERVING.String() {
+			return "the EPP's readiness: " + status
 		}
-	}
-	if status != healthpb.HealthCheckResponse_SERVING.String() {
-		t.Fatalf("the EPP's readiness: %s after 60s\n--- EPP output:\n%s", status, logOf(rt))
-	}
+		return ""
+	})
 
 	metrics, err := peerview.FetchMetrics(ctx, epp.proc.MetricsAddr)
 	if err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/extproc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/otlpsink"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
 // TestTracing (local backend): a request through the EPP that the chart deploys,
@@ -90,12 +91,12 @@ func TestTracing(t *testing.T) {
 			if tc.spans {
 				// The batch span processor exports every 5 s.
 				var got []otlpsink.Span
-				for deadline := time.Now().Add(30 * time.Second); len(got) == 0 && time.Now().Before(deadline); time.Sleep(250 * time.Millisecond) {
-					got = sink.Trace(traceID)
-				}
-				if len(got) == 0 {
-					t.Fatalf("no span of trace %s reached the collector at %s within 30s (it holds %d spans)\n--- EPP output:\n%s", traceID, sink.Endpoint, len(sink.Spans()), logOf(rt))
-				}
+				wait.ForEvery(&eppOutputOnFailure{T: t, rt: rt}, 30*time.Second, 250*time.Millisecond, func() string {
+					if got = sink.Trace(traceID); len(got) == 0 {
+						return fmt.Sprintf("no span of trace %s reached the collector at %s (it holds %d spans)", traceID, sink.Endpoint, len(sink.Spans()))
+					}
+					return ""
+				})
 				var names []string
 				for _, sp := range got {
 					names = append(names, sp.Name)
@@ -137,15 +138,17 @@ type theEPP struct {
 // runningEPP waits (at most 60 s) until the runtime runs the release's one replica.
 func runningEPP(t *testing.T, rt *podproc.Runtime) theEPP {
 	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	var epp theEPP
+	wait.ForEvery(t, 60*time.Second, 100*time.Millisecond, func() string {
 		for _, r := range rt.Replicas() {
 			if p := r.Process(eppContainer); p != nil && p.ExtProcAddr != "" {
-				return theEPP{pod: r.Pod, proc: p, ExtProcAddr: p.ExtProcAddr}
+				epp = theEPP{pod: r.Pod, proc: p, ExtProcAddr: p.ExtProcAddr}
+				return ""
 			}
 		}
-	}
-	t.Fatalf("no EPP process within 60s (runtime errors: %v)", rt.Errors())
-	return theEPP{}
+		return fmt.Sprintf("no EPP process (runtime errors: %v)", rt.Errors())
+	})
+	return epp
 }
 
 // newTraceContext returns a new trace ID and a traceparent header of it, sampled.
@@ -192,6 +195,18 @@ func checkJSONLogs(t *testing.T, p *podproc.Process) {
 	if lines == 0 {
 		t.Fatal("the EPP wrote no log")
 	}
+}
+
+// eppOutputOnFailure is t, whose Fatalf adds the output of the runtime's replicas
+// (for a wait that fails).
+type eppOutputOnFailure struct {
+	*testing.T
+	rt *podproc.Runtime
+}
+
+func (e *eppOutputOnFailure) Fatalf(format string, args ...any) {
+	e.T.Helper()
+	e.T.Fatalf("%s\n--- EPP output:\n%s", fmt.Sprintf(format, args...), logOf(e.rt))
 }
 
 // logOf is the output of the runtime's replicas, for failure reports.
