@@ -294,6 +294,8 @@ func TestFirstVersionListenerGetsStatesOnly(t *testing.T) {
 	if err := rs[0].s.Set("k", "ns/e", &load{Requests: 1}); err != nil {
 		t.Fatal(err)
 	}
+	// A window, not a wait: for a second of placements published, every frame the
+	// listener reads must be a state (a broadcast frame can come at any time in it).
 	deadline := time.Now().Add(1 * time.Second)
 	states := 0
 	for time.Now().Before(deadline) {
