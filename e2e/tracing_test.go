@@ -205,7 +205,7 @@ type eppOutputOnFailure struct {
 }
 
 func (e *eppOutputOnFailure) Fatalf(format string, args ...any) {
-	e.T.Helper()
+	e.Helper()
 	e.T.Fatalf("%s\n--- EPP output:\n%s", fmt.Sprintf(format, args...), logOf(e.rt))
 }
 
