@@ -82,7 +82,8 @@ type inEntry struct {
 // silent for the TTL.
 func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitted func()) {
 	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	raw := conn // closed on cancellation: conn becomes the TLS connection below
+	stop := context.AfterFunc(ctx, func() { raw.Close() })
 	defer stop()
 	in, c := s.admit(ctx, conn, ip)
 	if in == nil {
