@@ -14,8 +14,8 @@ import (
 const (
 	DefaultBroadcastWindow          = 10 * time.Millisecond
 	DefaultBroadcastMaxMessageBytes = 64 << 10
-	// DefaultSnapshotTimeout bounds a snapshot from the peer asked: after it, another
-	// peer is asked.
+	// DefaultSnapshotTimeout bounds the wait for a snapshot asked of a peer, and
+	// then for each next frame of it (BroadcastOptions.SnapshotTimeout).
 	DefaultSnapshotTimeout = 5 * time.Second
 )
 
@@ -50,6 +50,11 @@ type BroadcastOptions struct {
 	// arrives whole; Warm closes then). A replica with no peer once its discovery
 	// has its first set is warm at once.
 	Bootstrap bool
+	// SnapshotTimeout: a peer asked for its snapshot that sends no frame of it for
+	// this long (before the first one, or between two) is given up for another peer
+	// (default DefaultSnapshotTimeout). A snapshot that goes on arriving is not
+	// given up, however long it takes in all.
+	SnapshotTimeout time.Duration
 }
 
 // Broadcast carries a consumer's own messages to every peer over the syncer's
@@ -71,6 +76,7 @@ type Broadcast struct {
 	warm      chan struct{}
 	warmOnce  sync.Once
 	asked     atomic.Pointer[snapshotAsk] // the peer asked for a snapshot, while one is on its way
+	askedOf   sync.Map                    // every peer asked for a snapshot: the end of its snapshot warms, even after it was given up on
 	declined  sync.Map                    // peer -> when it said it has no broadcast of the name (asked again after the snapshot timeout: it may be starting)
 	warmAfter atomic.Int64                // ns from the syncer's start to warm
 	sent      atomic.Uint64
@@ -98,6 +104,9 @@ func (s *Syncer) Broadcast(name string, o BroadcastOptions) (*Broadcast, error) 
 	}
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = DefaultBroadcastMaxMessageBytes
+	}
+	if o.SnapshotTimeout == 0 {
+		o.SnapshotTimeout = DefaultSnapshotTimeout
 	}
 	if o.Window < time.Millisecond || o.MaxMessageBytes < 16 || o.MaxMessageBytes > min(s.o.MaxMessageBytes/2, snapshotChunkBytes) {
 		return nil, fmt.Errorf("peersync: broadcast %s: window %v (at least 1ms), maxMessageBytes %d (16 to %d)", name, o.Window, o.MaxMessageBytes, min(s.o.MaxMessageBytes/2, snapshotChunkBytes))
@@ -212,13 +221,14 @@ func (s *Syncer) requestSnapshots(o *outStream, c *outConn) {
 		if !b.o.Bootstrap || b.isWarm() {
 			return true
 		}
-		if at, no := b.declined.Load(o.peer.ID()); no && s.o.now().Sub(at.(time.Time)) < DefaultSnapshotTimeout {
+		if at, no := b.declined.Load(o.peer.ID()); no && s.o.now().Sub(at.(time.Time)) < b.o.SnapshotTimeout {
 			return true
 		}
 		ask := &snapshotAsk{peer: o.peer.ID(), since: s.o.now()}
 		if !b.asked.CompareAndSwap(nil, ask) {
 			return true
 		}
+		b.askedOf.Store(ask.peer, struct{}{})
 		if o.write(s, c, wire.AppendRequest(nil, b.name), time.Second) != nil {
 			b.asked.CompareAndSwap(ask, nil)
 		}
@@ -241,7 +251,7 @@ func (s *Syncer) checkSnapshots(now time.Time, outs []*outStream) {
 		}
 		last := ""
 		if ask := b.asked.Load(); ask != nil {
-			if now.Sub(ask.since) < DefaultSnapshotTimeout {
+			if now.Sub(ask.since) < b.o.SnapshotTimeout {
 				return true
 			}
 			b.asked.CompareAndSwap(ask, nil)
@@ -286,17 +296,34 @@ func (s *Syncer) receiveBroadcast(in *inStream, body []byte) (string, error) {
 	s.m.rejections.WithLabelValues(RejectUndecodable).Add(float64(bad))
 	b.received.Add(uint64(len(f.Messages)))
 	s.m.broadcastMessages.WithLabelValues(b.name, "received").Add(float64(len(f.Messages)))
-	if f.Flags&wire.BroadcastSnapshotEnd != 0 {
-		if ask := b.asked.Load(); ask != nil && ask.peer == in.rec.id {
-			if f.Flags&wire.BroadcastNotHere != 0 {
-				b.declined.Store(in.rec.id, s.o.now())
-				b.asked.CompareAndSwap(ask, nil)
-			} else {
-				b.markWarm()
-			}
-		}
+	if f.Flags&wire.BroadcastSnapshot != 0 {
+		b.snapshotFrame(in.rec.id, f.Flags)
 	}
 	return "", nil
+}
+
+// snapshotFrame follows a frame of a snapshot from peer: the end of a snapshot that
+// arrived whole warms the broadcast, whichever peer asked it was (one given up on
+// may still end first); a frame of the snapshot asked now restarts its timeout, so
+// that a snapshot that goes on arriving is never given up.
+func (b *Broadcast) snapshotFrame(peer string, flags byte) {
+	ask := b.asked.Load()
+	current := ask != nil && ask.peer == peer
+	switch {
+	case flags&wire.BroadcastSnapshotEnd == 0:
+		if current {
+			b.asked.CompareAndSwap(ask, &snapshotAsk{peer: peer, since: b.s.o.now()})
+		}
+	case flags&wire.BroadcastNotHere != 0:
+		if current {
+			b.declined.Store(peer, b.s.o.now())
+			b.asked.CompareAndSwap(ask, nil)
+		}
+	default:
+		if _, ok := b.askedOf.Load(peer); ok {
+			b.markWarm()
+		}
+	}
 }
 
 // serveSnapshot answers in's peer's Request frame: the broadcast's snapshot, on this

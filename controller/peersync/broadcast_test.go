@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,6 +229,63 @@ func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
 	case <-ab.Warm():
 	case <-time.After(2 * time.Second):
 		t.Fatal("a replica with no peer is not warm")
+	}
+}
+
+// TestASlowSnapshotIsNotGivenUp: on a loaded machine a whole snapshot can take
+// longer than the snapshot timeout. A snapshot whose frames keep arriving is not
+// given up for another peer's (each would be received in part, at twice the cost,
+// and the replica got warm only when the end of a snapshot happened to arrive from
+// the peer asked last: a shared prefix index at its default capacity under make
+// test's load stayed cold for 15 s), and a snapshot that arrives whole warms the
+// replica.
+func TestASlowSnapshotIsNotGivenUp(t *testing.T) {
+	rs := newCluster(t, 2)
+	const entries = 100000 // 25 bytes each: about 13 frames of 256 KiB
+	for _, r := range rs {
+		_, err := r.s.Broadcast("index", BroadcastOptions{Receive: newInbox().receive, Snapshot: func(emit func([]byte) bool) {
+			for i := range entries {
+				if !emit([]byte(fmt.Sprintf("%s-entry-%012d", r.name, i))) {
+					return
+				}
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Receiving the snapshot takes more than 1 s in all, a frame about 80 ms: twice
+	// the timeout in all, each frame well within it.
+	const timeout = 500 * time.Millisecond
+	box := newInbox()
+	var n atomic.Int64
+	slow := func(peer string, msg []byte) error {
+		if n.Add(1)%100 == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		return box.receive(peer, msg)
+	}
+	late := startReplica(t, "late")
+	b, err := late.s.Broadcast("index", BroadcastOptions{Receive: slow, Bootstrap: true, SnapshotTimeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rs {
+		late.members.UpsertPeer(r.meta())
+		r.members.UpsertPeer(late.meta())
+	}
+	start := time.Now()
+	select {
+	case <-b.Warm():
+	case <-time.After(10 * time.Second):
+		t.Fatalf("not warm after 10 s: %d messages received", n.Load())
+	}
+	t.Logf("warm %v after its peers were listed (the timeout is %v)", time.Since(start).Round(time.Millisecond), timeout)
+	time.Sleep(2 * timeout) // time to ask another peer, if it did
+	box.mu.Lock()
+	defer box.mu.Unlock()
+	if got := n.Load(); got != entries || len(box.msgs) != 1 {
+		t.Errorf("received %d messages from %d peers, want one peer's snapshot of %d: a snapshot that was arriving was given up", got, len(box.msgs), entries)
 	}
 }
 
