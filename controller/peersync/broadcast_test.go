@@ -289,6 +289,48 @@ func TestASlowSnapshotIsNotGivenUp(t *testing.T) {
 	}
 }
 
+// TestABusyReplicaKeepsThePeerItReads: a replica that spends longer than the TTL
+// handling one of a peer's messages (a snapshot's frame on a loaded machine) has
+// not heard silence: the peer's values go on counting and its next messages arrive.
+// Before, the silence was measured from the message's arrival, the replica closed
+// the connection as silent for the TTL and lost what was already on its way (the
+// rest of a shared prefix index's snapshot: a replica under make test's load
+// stayed cold).
+func TestABusyReplicaKeepsThePeerItReads(t *testing.T) {
+	rs := newCluster(t, 2)
+	ttl := 25 * testInterval // newCluster's
+	box := newInbox()
+	busy := func(peer string, msg []byte) error {
+		if string(msg) == "slow" {
+			time.Sleep(2 * ttl)
+		}
+		return box.receive(peer, msg)
+	}
+	a, err := rs[0].s.Broadcast("index", BroadcastOptions{Receive: newInbox().receive})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs[1].s.Broadcast("index", BroadcastOptions{Receive: busy}); err != nil {
+		t.Fatal(err)
+	}
+	waitForBroadcastConns(t, rs)
+	for i, r := range rs {
+		if err := r.s.Set("k", "ns/e", &load{Requests: int64(i + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitSum(t, 2*time.Second, rs, "k", "ns/e", 3)
+	ttlExpired := func() float64 { return testutil.ToFloat64(expired.WithLabelValues(rs[1].instance, causeTTL)) }
+	before := ttlExpired()
+	a.Publish([]byte("slow"))
+	time.Sleep(ttl / 2) // "slow" is handled alone; "after" arrives while it is
+	a.Publish([]byte("after"))
+	wait.Until(t, 4*ttl, "the message published while the replica handled the slow one", func() bool { _, ok := box.has("after"); return ok })
+	if n := ttlExpired() - before; n != 0 {
+		t.Errorf("%v of the peer's values expired as silent for the TTL while this replica was busy with its message", n)
+	}
+}
+
 func closedChan() chan struct{} {
 	c := make(chan struct{})
 	close(c)

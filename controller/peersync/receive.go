@@ -162,6 +162,7 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 				s.reject(reason, "a broadcast frame that cannot be read; closing the peer's connection", "peer", rec.id, "error", err.Error())
 				return
 			}
+			last = s.o.now() // silence starts once the frame is handled, not when it arrived
 			continue
 		default:
 			// A newer peer sends a new type only to a replica whose features line
@@ -183,6 +184,7 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 			s.reject(reason, "a message that cannot be applied; closing the peer's connection", "peer", rec.id, "error", err.Error())
 			return
 		}
+		last = s.o.now()
 	}
 }
 
