@@ -150,18 +150,7 @@ func waitForBroadcastConns(t *testing.T, rs []*replica) {
 func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
 	rs := newCluster(t, 2)
 	const entries = 50000 // 25 bytes each: several frames of 256 KiB
-	for _, r := range rs {
-		_, err := r.s.Broadcast("index", BroadcastOptions{Receive: newInbox().receive, Bootstrap: true, Snapshot: func(emit func([]byte) bool) {
-			for i := range entries {
-				if !emit([]byte(fmt.Sprintf("%s-entry-%012d", r.name, i))) {
-					return
-				}
-			}
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	withSnapshots(t, rs, entries, true)
 	// The first two are warm: they had each other, and asked (again, if the other
 	// had not registered it yet when first asked).
 	for _, r := range rs {
@@ -190,10 +179,7 @@ func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
 		t.Fatal("warm from a peer that has no broadcast of the name")
 	default:
 	}
-	for _, r := range rs {
-		late.members.UpsertPeer(r.meta())
-		r.members.UpsertPeer(late.meta())
-	}
+	listEachOther(late, rs)
 	start := time.Now()
 	select {
 	case <-b.Warm():
@@ -242,18 +228,7 @@ func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
 func TestASlowSnapshotIsNotGivenUp(t *testing.T) {
 	rs := newCluster(t, 2)
 	const entries = 100000 // 25 bytes each: about 13 frames of 256 KiB
-	for _, r := range rs {
-		_, err := r.s.Broadcast("index", BroadcastOptions{Receive: newInbox().receive, Snapshot: func(emit func([]byte) bool) {
-			for i := range entries {
-				if !emit([]byte(fmt.Sprintf("%s-entry-%012d", r.name, i))) {
-					return
-				}
-			}
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	withSnapshots(t, rs, entries, false)
 	// Receiving the snapshot takes more than 1 s in all, a frame about 80 ms: twice
 	// the timeout in all, each frame well within it.
 	const timeout = 500 * time.Millisecond
@@ -270,10 +245,7 @@ func TestASlowSnapshotIsNotGivenUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range rs {
-		late.members.UpsertPeer(r.meta())
-		r.members.UpsertPeer(late.meta())
-	}
+	listEachOther(late, rs)
 	start := time.Now()
 	select {
 	case <-b.Warm():
@@ -328,6 +300,32 @@ func TestABusyReplicaKeepsThePeerItReads(t *testing.T) {
 	wait.Until(t, 4*ttl, "the message published while the replica handled the slow one", func() bool { _, ok := box.has("after"); return ok })
 	if n := ttlExpired() - before; n != 0 {
 		t.Errorf("%v of the peer's values expired as silent for the TTL while this replica was busy with its message", n)
+	}
+}
+
+// withSnapshots registers broadcast "index" on each of rs, whose snapshot is
+// entries messages of 25 bytes named after the replica.
+func withSnapshots(t *testing.T, rs []*replica, entries int, bootstrap bool) {
+	t.Helper()
+	for _, r := range rs {
+		_, err := r.s.Broadcast("index", BroadcastOptions{Receive: newInbox().receive, Bootstrap: bootstrap, Snapshot: func(emit func([]byte) bool) {
+			for i := range entries {
+				if !emit([]byte(fmt.Sprintf("%s-entry-%012d", r.name, i))) {
+					return
+				}
+			}
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// listEachOther makes r and each of rs list the other as a peer.
+func listEachOther(r *replica, rs []*replica) {
+	for _, o := range rs {
+		r.members.UpsertPeer(o.meta())
+		o.members.UpsertPeer(r.meta())
 	}
 }
 
