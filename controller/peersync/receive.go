@@ -147,7 +147,6 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 			return
 		}
 		now := s.o.now()
-		last = now
 		s.m.receivedBytes.Add(float64(len(body)))
 		buf = body
 		switch wire.FrameType(body) {
