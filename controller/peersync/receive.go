@@ -35,6 +35,10 @@ const (
 	RejectUnknownBroadcast = "unknown-broadcast" // a frame of a broadcast this replica has not registered (left out)
 )
 
+// lookAgain is how long a replica that finds a peer silent for the TTL reads once
+// more before it expires it: enough for bytes that wait in the socket.
+const lookAgain = 20 * time.Millisecond
+
 // rejectReasons are every reason, for the metrics (created at 0).
 var rejectReasons = []string{RejectUnknownSource, RejectIdentity, RejectStaleIncarnation, RejectClockSkew, RejectNotReady,
 	RejectTooManyPending, RejectHandshakeTimeout, RejectPreface, RejectTLS, RejectOversized, RejectValueTooLarge,
@@ -110,6 +114,7 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 	_ = conn.SetDeadline(time.Time{})
 	deadline := last.Add(s.o.TTL)
 	_ = conn.SetReadDeadline(deadline)
+	looked := false
 	for {
 		// Wait for a message's first byte: a deadline that fires here has consumed
 		// nothing, so the connection can go on.
@@ -117,6 +122,15 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 			if isTimeout(err) {
 				if s.o.now().Sub(last) < s.o.TTL {
 					deadline = last.Add(s.o.TTL)
+					_ = conn.SetReadDeadline(deadline)
+					continue
+				}
+				if !looked {
+					// Silent for the TTL, unless this replica is the one that
+					// stopped (frozen, descheduled): what the peer sent meanwhile
+					// waits in the socket, and a peer whose bytes wait is not silent.
+					looked = true
+					deadline = s.o.now().Add(lookAgain)
 					_ = conn.SetReadDeadline(deadline)
 					continue
 				}
@@ -128,6 +142,7 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 			}
 			return
 		}
+		looked = false
 		// A message has the TTL from its first byte to arrive whole (a snapshot's
 		// frames are large): the deadline moves when less than half of it is left.
 		if now := s.o.now(); deadline.Sub(now) < s.o.TTL/2 {
