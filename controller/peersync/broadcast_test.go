@@ -143,16 +143,17 @@ func waitForBroadcastConns(t *testing.T, rs []*replica) {
 	})
 }
 
-// TestBroadcastSnapshotWarmsANewReplica: a replica that starts asks one peer for
-// its snapshot, gets all of it (over several frames), and is warm; a replica with
-// no peer is warm at once; a peer without the broadcast answers an empty snapshot,
-// and the new replica asks another.
+// TestBroadcastSnapshotWarmsANewReplica: a replica that starts asks a peer for its
+// snapshot, gets all of it (over several frames), and is warm; a peer without the
+// broadcast (the longest-running here, so asked first) says so, and the new
+// replica asks the next one at once; a replica with no peer, or whose every peer
+// has no broadcast of the name, is warm at once, empty.
 func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
+	without := startReplica(t, "without")
 	rs := newCluster(t, 2)
 	const entries = 50000 // 25 bytes each: several frames of 256 KiB
 	withSnapshots(t, rs, entries, true)
-	// The first two are warm: they had each other, and asked (again, if the other
-	// had not registered it yet when first asked).
+	// The first two are warm: they had each other (empty, or from the other).
 	for _, r := range rs {
 		b, _ := r.s.broadcasts.Load("index")
 		select {
@@ -168,18 +169,7 @@ func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Its first peer has no broadcast of the name: it says so, and is not asked again
-	// for a while.
-	without := startReplica(t, "without")
-	late.members.UpsertPeer(without.meta())
-	without.members.UpsertPeer(late.meta())
-	wait.Until(t, 5*time.Second, "the peer without the broadcast to decline", func() bool { _, no := b.declined.Load("ns/without"); return no })
-	select {
-	case <-b.Warm():
-		t.Fatal("warm from a peer that has no broadcast of the name")
-	default:
-	}
-	listEachOther(late, rs)
+	listEachOther(late, append([]*replica{without}, rs...))
 	start := time.Now()
 	select {
 	case <-b.Warm():
@@ -187,6 +177,9 @@ func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
 		t.Fatal("the new replica did not get warm")
 	}
 	t.Logf("warm %v after its peers were listed; %v after it started", time.Since(start).Round(time.Millisecond), b.WarmAfter().Round(time.Millisecond))
+	if _, no := b.declined.Load("ns/without"); !no {
+		t.Error("the peer without the broadcast, the longest-running, was not asked first")
+	}
 	box.mu.Lock()
 	var from string
 	for p, m := range box.msgs {
@@ -201,8 +194,8 @@ func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
 	if got := testutil.ToFloat64(broadcastWarm.WithLabelValues(late.instance, "index")); got != 1 {
 		t.Errorf("epp_peer_sync_broadcast_warm = %v, want 1", got)
 	}
-	if doc := late.s.Document("-", ""); len(doc.Broadcasts) != 1 || !doc.Broadcasts[0].Warm || doc.Broadcasts[0].Received == 0 {
-		t.Errorf("/debug/peer-sync broadcasts: %+v, want index warm with messages received", doc.Broadcasts)
+	if doc := late.s.Document("-", ""); len(doc.Broadcasts) != 1 || !doc.Broadcasts[0].Warm || doc.Broadcasts[0].Received == 0 || doc.Broadcasts[0].WarmFrom != from {
+		t.Errorf("/debug/peer-sync broadcasts: %+v, want index warm from %s with messages received", doc.Broadcasts, from)
 	}
 
 	// Alone: warm at once.
@@ -215,6 +208,22 @@ func TestBroadcastSnapshotWarmsANewReplica(t *testing.T) {
 	case <-ab.Warm():
 	case <-time.After(2 * time.Second):
 		t.Fatal("a replica with no peer is not warm")
+	}
+
+	// Its only peer has no broadcast of the name: warm, empty.
+	only := startReplica(t, "only")
+	ob, err := only.s.Broadcast("index", BroadcastOptions{Receive: newInbox().receive, Bootstrap: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	listEachOther(only, []*replica{without})
+	select {
+	case <-ob.Warm():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a replica whose only peer has no broadcast of the name stays cold")
+	}
+	if doc := only.s.Document("-", ""); !doc.Broadcasts[0].WarmEmpty {
+		t.Errorf("warm from a peer without the broadcast: %+v", doc.Broadcasts[0])
 	}
 }
 

@@ -52,13 +52,40 @@ type PeerStatus struct {
 }
 
 // BroadcastStatus is one broadcast: whether it is warm (a peer's snapshot arrived
-// whole, or it asks for none), and the messages sent and received.
+// whole, or it asks for none), the messages sent and received, and per peer what
+// was delivered and what is missing.
 type BroadcastStatus struct {
 	Name             string  `json:"name"`
 	Warm             bool    `json:"warm"`
 	WarmAfterSeconds float64 `json:"warmAfterSeconds,omitempty"`
-	Sent             uint64  `json:"sent"`
-	Received         uint64  `json:"received"`
+	// WarmFrom is the peer whose snapshot warmed it; WarmEmpty: warm with none
+	// (no peer, every peer cold, or none answered).
+	WarmFrom  string `json:"warmFrom,omitempty"`
+	WarmEmpty bool   `json:"warmEmpty,omitempty"`
+	// Seq is the number of the last frame this replica published.
+	Seq      uint64 `json:"seq"`
+	Sent     uint64 `json:"sent"`
+	Received uint64 `json:"received"`
+	// Missing is the peers' frames this replica knows it is missing now.
+	Missing int64                 `json:"missing"`
+	Peers   []BroadcastPeerStatus `json:"peers"`
+}
+
+// BroadcastPeerStatus is one peer of a broadcast: this replica's frames delivered
+// to it, skipped (it asks for them again) and resent, the resyncs served to it and
+// received from it, and the peer's frames found missing here (gaps) and still
+// missing.
+type BroadcastPeerStatus struct {
+	Peer            string  `json:"peer"`
+	Delivered       float64 `json:"delivered"`
+	Skipped         float64 `json:"skipped"`
+	Resent          float64 `json:"resent"`
+	ResyncsServed   float64 `json:"resyncsServed"`
+	ResyncsReceived float64 `json:"resyncsReceived"`
+	Gaps            float64 `json:"gaps"`
+	Missing         int64   `json:"missing"`
+	// Seq is the last frame of the peer's process seen here.
+	Seq uint64 `json:"seq"`
 }
 
 // KeyView is one state key.
@@ -105,10 +132,7 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 	}
 	doc.Broadcasts = []BroadcastStatus{}
 	s.broadcasts.Range(func(name, v any) bool {
-		b := v.(*Broadcast)
-		sent, received := b.Stats()
-		doc.Broadcasts = append(doc.Broadcasts, BroadcastStatus{Name: name.(string), Warm: b.isWarm(),
-			WarmAfterSeconds: b.WarmAfter().Seconds(), Sent: sent, Received: received})
+		doc.Broadcasts = append(doc.Broadcasts, s.broadcastStatus(v.(*Broadcast)))
 		return true
 	})
 	slices.SortFunc(doc.Broadcasts, func(a, b BroadcastStatus) int { return strings.Compare(a.Name, b.Name) })
@@ -247,4 +271,38 @@ func counterValue(c prometheus.Counter) float64 {
 		return 0
 	}
 	return m.GetCounter().GetValue()
+}
+
+// broadcastStatus is b as the document shows it.
+func (s *Syncer) broadcastStatus(b *Broadcast) BroadcastStatus {
+	sent, received := b.Stats()
+	st := BroadcastStatus{Name: b.name, Warm: b.isWarm(), WarmAfterSeconds: b.WarmAfter().Seconds(), WarmEmpty: b.isWarm() && b.warmEmpty.Load(),
+		Sent: sent, Received: received, Missing: b.missing.Load(), Peers: []BroadcastPeerStatus{}}
+	if p := b.warmFrom.Load(); p != nil {
+		st.WarmFrom = *p
+	}
+	b.flushMu.Lock()
+	st.Seq = b.seq
+	b.flushMu.Unlock()
+	s.mu.Lock()
+	recs := make([]*peerRec, 0, len(s.peers))
+	for _, rec := range s.peers {
+		recs = append(recs, rec)
+	}
+	s.mu.Unlock()
+	for _, rec := range recs {
+		ps := BroadcastPeerStatus{Peer: rec.id}
+		if v, ok := b.peers.Load(rec.id); ok {
+			pc := v.(*broadcastPeer)
+			ps.Delivered, ps.Skipped, ps.Resent = counterValue(pc.delivered), counterValue(pc.skipped), counterValue(pc.resent)
+			ps.ResyncsServed, ps.ResyncsReceived, ps.Gaps = counterValue(pc.resyncsServed), counterValue(pc.resyncsReceived), counterValue(pc.gaps)
+		}
+		c := rec.cursor(b.name)
+		c.lock.Lock()
+		ps.Missing, ps.Seq = count(c.missing), c.high
+		c.lock.Unlock()
+		st.Peers = append(st.Peers, ps)
+	}
+	slices.SortFunc(st.Peers, func(a, b BroadcastPeerStatus) int { return strings.Compare(a.Peer, b.Peer) })
+	return st
 }

@@ -42,7 +42,12 @@ type peerRec struct {
 	out     *outStream
 	timer   *time.Timer // expiry after a connection ended
 
-	snapshotting atomic.Bool // a snapshot is on its way to the peer
+	bulk atomic.Bool // a snapshot, a resync or resent frames are on their way to the peer
+
+	// cursorsMu guards cursors: per broadcast, what this replica received of the
+	// peer's process (see resend.go).
+	cursorsMu sync.Mutex
+	cursors   map[string]*originCursor
 }
 
 // followMembers applies every change of the peer set until ctx ends.
@@ -127,6 +132,7 @@ func (s *Syncer) removeLocked(rec *peerRec, cause string) *outStream {
 	rec.counted = 0
 	rec.removed = true
 	rec.current.Store(nil)
+	s.forgetBroadcastPeer(rec)
 	if rec.in != nil {
 		rec.in.conn.Close()
 		rec.in = nil
@@ -314,4 +320,22 @@ func (s *Syncer) stopAll() {
 		o.cancel()
 		<-o.done
 	}
+}
+
+// forgetBroadcastPeer drops what the broadcasts hold of rec, which left the
+// membership: its frames missing here no longer are, and its metric series go.
+func (s *Syncer) forgetBroadcastPeer(rec *peerRec) {
+	rec.cursorsMu.Lock()
+	missing := map[string]int64{}
+	for name, c := range rec.cursors {
+		c.lock.Lock()
+		missing[name] = count(c.missing)
+		c.lock.Unlock()
+	}
+	rec.cursors = nil
+	rec.cursorsMu.Unlock()
+	s.broadcasts.Range(func(name, v any) bool {
+		v.(*Broadcast).forgetPeer(rec.id, missing[name.(string)])
+		return true
+	})
 }

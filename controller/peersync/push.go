@@ -150,19 +150,20 @@ func (s *Syncer) tick() {
 		if c == nil {
 			continue
 		}
-		frame := deltaFrame
-		if !c.inSync.Load() {
+		frame, full := deltaFrame, !c.inSync.Load()
+		if full {
 			if fullFrame == nil {
 				fullFrame = s.fullState(p.seq)
 			}
 			frame = fullFrame
 		}
-		o.push(s, c, frame, now)
+		o.push(s, c, frame, full, now)
 	}
 	// The deleted indexes may be defined again from the next delta on: every peer
 	// in step has this one's deletion first.
 	p.free = append(p.free, delta.Deletes...)
-	s.checkSnapshots(now, outs)
+	s.askSnapshots(now)
+	s.checkResends(now, outs)
 	if now.Sub(p.lastSweep) > sweepEvery {
 		p.lastSweep = now
 		if n := s.sweep(); n > 0 {
@@ -220,56 +221,53 @@ func (o *outStream) up() {
 	}
 }
 
-// outConn is one connection to the peer. inSync and broken are the push loop's.
+// outConn is one connection to the peer. Every frame written to it goes through
+// its queue and its writer goroutine (sendQueue, writeLoop).
 type outConn struct {
 	c      net.Conn
-	inSync atomic.Bool   // it has had its full state
-	broken chan struct{} // closed by the push loop when a write failed
+	inSync atomic.Bool   // its full state is queued: the push loop sends deltas now
+	broken chan struct{} // closed when a write failed or the connection ended
 	once   sync.Once
 	// broadcasts: the peer takes Broadcast and Request frames (its features line
-	// said so).
+	// said so); sequenced: and sequenced frames, cursors and resends.
 	broadcasts atomic.Bool
-	wmu        sync.Mutex // one frame at a time: the push loop's and the broadcasts'
+	sequenced  atomic.Bool
+	q          *sendQueue
+	// skipped: broadcast frames were skipped for this peer (its queue was full);
+	// the push loop sends it the cursors that tell it.
+	skipped atomic.Bool
 }
 
 func (c *outConn) fail() { c.once.Do(func() { close(c.broken) }) }
 
-// write writes one frame within budget (from when it has the connection: a frame
-// of a snapshot may be before it); a failure ends the connection (the next one
-// starts from a full state).
-func (o *outStream) write(s *Syncer, c *outConn, frame []byte, budget time.Duration) error {
-	c.wmu.Lock()
-	_ = c.c.SetWriteDeadline(s.o.now().Add(budget))
-	_, err := c.c.Write(frame)
-	c.wmu.Unlock()
-	if err != nil {
-		if isTimeout(err) {
-			s.m.dropped.Inc() // a slow peer: it starts again from a full state
-		}
-		o.failed(s, err)
-		o.conn.CompareAndSwap(c, nil)
-		c.fail()
-		return err
-	}
-	s.m.sentBytes.Add(float64(len(frame)))
-	return nil
+// fail ends the connection c after err (the next one starts from a full state).
+func (o *outStream) fail(s *Syncer, c *outConn, err error) {
+	o.failed(s, err)
+	o.conn.CompareAndSwap(c, nil)
+	c.fail()
 }
 
-// writeBudget bounds one push to one peer.
-func (s *Syncer) writeBudget() time.Duration { return max(s.o.Interval/4, 20*time.Millisecond) }
+// send queues a small frame (a request, a cursor, a reply) on c, whatever the
+// queue holds.
+func (o *outStream) send(c *outConn, frame []byte) {
+	c.q.put(queued{frame: frame, kind: kindControl}, true)
+}
 
-// push writes frame to the connection c (the push loop's goroutine).
-func (o *outStream) push(s *Syncer, c *outConn, frame []byte, built time.Time) {
-	if o.write(s, c, frame, s.writeBudget()) != nil {
+// errSlowPeer ends a connection whose queue cannot take the interval's push.
+var errSlowPeer = errors.New("the peer reads too slowly: its queue of frames to write is full")
+
+// push queues the interval's frame on c (the push loop's goroutine); a peer whose
+// queue is full is too slow for the deltas, and its connection starts again.
+func (o *outStream) push(s *Syncer, c *outConn, frame []byte, full bool, built time.Time) {
+	if !c.q.put(queued{frame: frame, kind: kindState, built: built}, false) {
+		s.m.dropped.Inc()
+		o.fail(s, c, errSlowPeer)
 		return
 	}
-	done := s.o.now()
-	if !c.inSync.Load() {
+	if full {
 		c.inSync.Store(true)
 		s.m.fullStates.Inc()
 	}
-	s.m.pushSeconds.Observe(done.Sub(built).Seconds())
-	s.m.sentMessages.Inc()
 }
 
 // failed records a failure to connect or to push: the peer's last error (in the
@@ -359,7 +357,7 @@ func (s *Syncer) whileListed(ctx context.Context) (context.Context, context.Canc
 // hold hands conn to the push loop and waits until it breaks, the peer closes it or
 // ctx ends; it reports whether the connection failed.
 func (o *outStream) hold(ctx context.Context, s *Syncer, conn net.Conn) bool {
-	c := &outConn{c: conn, broken: make(chan struct{})}
+	c := &outConn{c: conn, broken: make(chan struct{}), q: newSendQueue(DefaultSendQueueBytes)}
 	closed := make(chan struct{})
 	go func() {
 		// After its banner the peer writes its features line, if any, and nothing
@@ -367,18 +365,23 @@ func (o *outStream) hold(ctx context.Context, s *Syncer, conn net.Conn) bool {
 		br := bufio.NewReaderSize(conn, 256)
 		if line, err := br.ReadString('\n'); err == nil {
 			if fs, ok := wire.ParseFeaturesLine(line); ok && slices.Contains(fs, wire.FeatureBroadcast) {
+				c.sequenced.Store(slices.Contains(fs, wire.FeatureBroadcastSeq))
 				c.broadcasts.Store(true)
-				s.requestSnapshots(o, c)
+				s.broadcastConnUp(o, c)
 			}
 		}
 		_, _ = io.Copy(io.Discard, br)
 		close(closed)
 	}()
+	wrote := make(chan struct{})
+	go func() { defer close(wrote); o.writeLoop(s, c) }()
 	o.conn.Store(c)
 	defer func() {
 		o.conn.CompareAndSwap(c, nil)
+		c.fail()
 		conn.Close()
 		<-closed
+		<-wrote
 	}()
 	select {
 	case <-ctx.Done():

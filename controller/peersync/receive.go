@@ -33,6 +33,7 @@ const (
 	RejectTooManyEntries   = "too-many-entries"  // a peer defining more entries than its bound
 	RejectTooManyKeys      = "too-many-keys"     // a peer defining more keys than maxKeys, or past the bound of keys in all
 	RejectUnknownBroadcast = "unknown-broadcast" // a frame of a broadcast this replica has not registered (left out)
+	RejectUnsolicited      = "unsolicited"       // a snapshot or resync frame this replica did not ask the peer for (left out)
 )
 
 // lookAgain is how long a replica that finds a peer silent for the TTL reads once
@@ -42,7 +43,7 @@ const lookAgain = 20 * time.Millisecond
 // rejectReasons are every reason, for the metrics (created at 0).
 var rejectReasons = []string{RejectUnknownSource, RejectIdentity, RejectStaleIncarnation, RejectClockSkew, RejectNotReady,
 	RejectTooManyPending, RejectHandshakeTimeout, RejectPreface, RejectTLS, RejectOversized, RejectValueTooLarge,
-	RejectUndecodable, RejectMalformed, RejectStalled, RejectTooManyEntries, RejectTooManyKeys, RejectUnknownBroadcast}
+	RejectUndecodable, RejectMalformed, RejectStalled, RejectTooManyEntries, RejectTooManyKeys, RejectUnknownBroadcast, RejectUnsolicited}
 
 // inStream is one peer's connection to this replica, and what it defined.
 type inStream struct {
@@ -166,11 +167,14 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 		buf = body
 		switch wire.FrameType(body) {
 		case wire.TypeState:
-		case wire.TypeBroadcast, wire.TypeRequest:
+		case wire.TypeBroadcast, wire.TypeRequest, wire.TypeResend:
 			rec.lastHeard.Store(now.UnixNano())
 			receive := s.receiveBroadcast
-			if wire.FrameType(body) == wire.TypeRequest {
+			switch wire.FrameType(body) {
+			case wire.TypeRequest:
 				receive = func(in *inStream, body []byte) (string, error) { return s.serveSnapshot(ctx, in, body) }
+			case wire.TypeResend:
+				receive = func(in *inStream, body []byte) (string, error) { return s.serveResend(ctx, in, body) }
 			}
 			if reason, err := receive(in, body); err != nil {
 				s.reject(reason, "a broadcast frame that cannot be read; closing the peer's connection", "peer", rec.id, "error", err.Error())

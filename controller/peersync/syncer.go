@@ -122,12 +122,11 @@ type Options struct {
 // within the TTL; any of those ending makes all of that peer's values stop counting
 // at once.
 type Syncer struct {
-	o        Options
-	log      logr.Logger
-	m        *instanceMetrics
-	lim      wire.Limits
-	hello    wire.Hello
-	writeTTL time.Duration
+	o     Options
+	log   logr.Logger
+	m     *instanceMetrics
+	lim   wire.Limits
+	hello wire.Hello
 
 	keys    sync.Map                 // name -> *keyState
 	members atomic.Pointer[[]member] // the live peers, for Get
@@ -246,11 +245,10 @@ func New(o Options) (*Syncer, error) {
 		return nil, err
 	}
 	s := &Syncer{
-		o:        o,
-		log:      o.Log,
-		m:        metricsFor(o.Instance),
-		lim:      wire.Limits{MaxValueBytes: o.MaxValueBytes, MaxNameBytes: 4096},
-		writeTTL: o.TTL,
+		o:   o,
+		log: o.Log,
+		m:   metricsFor(o.Instance),
+		lim: wire.Limits{MaxValueBytes: o.MaxValueBytes, MaxNameBytes: 4096},
 		hello: wire.Hello{Version: wire.Version, Namespace: o.Self.Namespace, Name: o.Self.Name,
 			Start: uint64(o.now().UnixNano()), Nonce: binary.LittleEndian.Uint64(nonce[:])},
 		peers:   map[string]*peerRec{},
