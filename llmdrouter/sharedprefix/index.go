@@ -1,9 +1,8 @@
 package sharedprefix
 
 import (
+	"hash/fnv"
 	"sync"
-
-	lru "github.com/hashicorp/golang-lru/v2"
 
 	"github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/requestcontrol/dataproducer/prefixhash"
 )
@@ -13,75 +12,173 @@ import (
 type blockHash = prefixhash.BlockHash
 
 // index is the approximate prefix-cache index of a fleet of model servers: per
-// server, an LRU of the block hashes routed there, of the server's capacity in
-// blocks, and per hash the servers that hold it. It is safe for concurrent use:
-// matches take a read lock, additions (this replica's placements, its peers', a
-// snapshot) a write lock.
+// server, an LRU of the block hashes routed there (serverLRU), of the capacity in
+// blocks this replica gives the server, and per hash the servers that hold it. It
+// is safe for concurrent use: matches take a read lock, changes (this replica's
+// placements, its peers', a snapshot) the write lock, for one message at most.
+//
+// What it holds is bounded by this replica alone: the servers are the pool's (the
+// plugin holds a peer's placement for another server aside), and each one's
+// capacity is this replica's, whatever a peer's placement says.
 type index struct {
 	mu      sync.RWMutex
 	servers map[string]*serverLRU
-	holders map[blockHash]map[string]struct{}
+	holders map[blockHash]holders
 	size    int // entries in every server's LRU
+	chain   []int32
 }
 
-type serverLRU struct {
-	lru      *lru.Cache[blockHash, struct{}]
-	capacity int
+// holders are the servers that hold a hash: most hashes are held by one.
+type holders struct {
+	one  *serverLRU
+	more []*serverLRU
 }
 
 func newIndex() *index {
-	return &index{servers: map[string]*serverLRU{}, holders: map[blockHash]map[string]struct{}{}}
+	return &index{servers: map[string]*serverLRU{}, holders: map[blockHash]holders{}}
 }
 
-// add records that server holds hashes, in that order (the last one is the most
-// recent), in an LRU of capacity blocks (created at that size, resized when it
-// changes), and returns those that were not in the server's LRU before (the
-// caller's buffer fresh, reused).
-func (x *index) add(server string, capacity int, hashes []blockHash, fresh []blockHash) []blockHash {
-	fresh = fresh[:0]
+func (x *index) hold(h blockHash, s *serverLRU) {
+	x.size++
+	hs, ok := x.holders[h]
+	switch {
+	case !ok:
+		x.holders[h] = holders{one: s}
+	default:
+		hs.more = append(hs.more, s)
+		x.holders[h] = hs
+	}
+}
+
+// evicted drops h of s (x.mu held).
+func (x *index) evicted(s *serverLRU) func(blockHash) {
+	return func(h blockHash) {
+		x.size--
+		hs, ok := x.holders[h]
+		if !ok {
+			return
+		}
+		switch {
+		case hs.one == s && len(hs.more) == 0:
+			delete(x.holders, h)
+			return
+		case hs.one == s:
+			hs.one = hs.more[len(hs.more)-1]
+			hs.more = hs.more[:len(hs.more)-1]
+		default:
+			for i, o := range hs.more {
+				if o == s {
+					hs.more[i] = hs.more[len(hs.more)-1]
+					hs.more = hs.more[:len(hs.more)-1]
+					break
+				}
+			}
+		}
+		if len(hs.more) == 0 {
+			hs.more = nil
+		}
+		x.holders[h] = hs
+	}
+}
+
+// server returns the LRU of server (x.mu held), created with capacity, or resized
+// to it: capacity is always this replica's.
+func (x *index) server(name string, capacity int) *serverLRU {
+	s := x.servers[name]
+	if s == nil {
+		s = newServerLRU(name, capacity)
+		x.servers[name] = s
+	} else if s.capacity != capacity {
+		s.resize(capacity, x.evicted(s))
+	}
+	return s
+}
+
+// route records that a request with hashes went to server, as upstream's index
+// does (every hash made the most recent, in order, new ones added), and appends
+// to ops what a peer needs to do the same: the runs of hashes held already (a
+// touch of the chain: its last hash and its length) and of new ones (with the
+// parent of the first).
+func (x *index) route(server string, capacity int, hashes []blockHash, ops []op) []op {
 	if len(hashes) == 0 || capacity <= 0 {
-		return fresh
+		return ops
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	s := x.servers[server]
-	if s == nil {
-		// The eviction callback runs under x.mu (Add evicts), keeping holders and
-		// size in step with the LRUs.
-		c, _ := lru.NewWithEvict(capacity, func(h blockHash, _ struct{}) { x.evicted(server, h) })
-		s = &serverLRU{lru: c, capacity: capacity}
-		x.servers[server] = s
-	} else if s.capacity != capacity {
-		s.lru.Resize(capacity)
-		s.capacity = capacity
-	}
-	for _, h := range hashes {
-		if s.lru.Contains(h) {
-			s.lru.Get(h) // most recent now
+	s := x.server(server, capacity)
+	ev := x.evicted(s)
+	var parent blockHash
+	for i, h := range hashes {
+		if i > 0 {
+			parent = hashes[i-1]
+		}
+		if at, ok := s.pos[h]; ok {
+			s.touch(at)
+			if n := len(ops); n > 0 && ops[n-1].kind == opTouch && ops[n-1].ref == parent {
+				ops[n-1].ref, ops[n-1].n = h, ops[n-1].n+1
+			} else {
+				ops = append(ops, op{kind: opTouch, ref: h, n: 1})
+			}
 			continue
 		}
-		s.lru.Add(h, struct{}{})
-		x.size++
-		set := x.holders[h]
-		if set == nil {
-			set = make(map[string]struct{}, 1)
-			x.holders[h] = set
+		s.pushFront(h, parent, ev)
+		x.hold(h, s)
+		if n := len(ops); n > 0 && ops[n-1].kind == opAdd && len(ops[n-1].hashes) > 0 && ops[n-1].hashes[len(ops[n-1].hashes)-1] == parent {
+			ops[n-1].hashes = append(ops[n-1].hashes, h)
+		} else {
+			ops = append(ops, op{kind: opAdd, ref: parent, hashes: []blockHash{h}})
 		}
-		set[server] = struct{}{}
-		fresh = append(fresh, h)
 	}
-	return fresh
+	return ops
 }
 
-// evicted drops h of server (x.mu held).
-func (x *index) evicted(server string, h blockHash) {
-	x.size--
-	if set, ok := x.holders[h]; ok {
-		delete(set, server)
-		if len(set) == 0 {
-			delete(x.holders, h)
+// apply does a peer's ops on server's LRU (of this replica's capacity): adds and
+// touches as the peer did them, a snapshot's blocks as the least recent (they never
+// evict a newer block, and a block held is left where it is). It returns the
+// blocks added.
+func (x *index) apply(server string, capacity int, ops []op) int {
+	if capacity <= 0 || len(ops) == 0 {
+		return 0
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	s := x.server(server, capacity)
+	ev := x.evicted(s)
+	added := 0
+	for _, o := range ops {
+		switch o.kind {
+		case opAdd:
+			parent := o.ref
+			for _, h := range o.hashes {
+				if at, ok := s.pos[h]; ok {
+					s.touch(at)
+				} else {
+					s.pushFront(h, parent, ev)
+					x.hold(h, s)
+					added++
+				}
+				parent = h
+			}
+		case opTouch:
+			x.chain = s.chain(o.ref, o.n, x.chain)
+			for i := len(x.chain) - 1; i >= 0; i-- { // the chain's first block first
+				s.touch(x.chain[i])
+			}
+		case opOlder:
+			for i := 0; i+1 < len(o.hashes); i += 2 {
+				h := o.hashes[i]
+				if _, ok := s.pos[h]; ok {
+					continue
+				}
+				if !s.pushBack(h, o.hashes[i+1]) {
+					break // full: the rest is older still
+				}
+				x.hold(h, s)
+				added++
+			}
 		}
 	}
+	return added
 }
 
 // match counts, per server, the request's leading blocks it holds, as llm-d-router's
@@ -91,12 +188,13 @@ func (x *index) match(hashes []blockHash, into map[string]int) {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
 	for _, h := range hashes {
-		set := x.holders[h]
-		if len(set) == 0 {
+		hs, ok := x.holders[h]
+		if !ok {
 			return
 		}
-		for s := range set {
-			into[s]++
+		into[hs.one.name]++
+		for _, s := range hs.more {
+			into[s.name]++
 		}
 	}
 }
@@ -109,7 +207,7 @@ func (x *index) removeServer(server string) {
 	if s == nil {
 		return
 	}
-	s.lru.Purge() // the callback drops each hash
+	s.purge(x.evicted(s))
 	delete(x.servers, server)
 }
 
@@ -124,15 +222,36 @@ func (x *index) serverNames() []string {
 	return out
 }
 
-// counts are the blocks held per server.
-func (x *index) counts() map[string]int {
+// serverState is one server as the index holds it.
+type serverState struct {
+	blocks, capacity int
+	digest           uint64
+}
+
+// servers are the blocks, capacity and digest of every server.
+func (x *index) serverStates() map[string]serverState {
 	x.mu.RLock()
 	defer x.mu.RUnlock()
-	out := make(map[string]int, len(x.servers))
+	out := make(map[string]serverState, len(x.servers))
 	for name, s := range x.servers {
-		out[name] = s.lru.Len()
+		out[name] = serverState{blocks: s.len(), capacity: s.capacity, digest: s.digest}
 	}
 	return out
+}
+
+// digestOf combines the servers' digests: replicas whose indexes hold the same
+// blocks for the same servers have the same one.
+func digestOf(servers map[string]serverState) uint64 {
+	var d uint64
+	for name, s := range servers {
+		if s.blocks == 0 {
+			continue
+		}
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(name))
+		d += mix(blockHash(h.Sum64() ^ s.digest))
+	}
+	return d
 }
 
 // entries is the index's size: blocks held, every server together.
@@ -142,21 +261,25 @@ func (x *index) entries() int {
 	return x.size
 }
 
-// each calls f for every server with its capacity and its hashes, oldest first (so
-// that adding them in order rebuilds the same recency), a copy taken under the
-// lock; f runs without it.
-func (x *index) each(f func(server string, capacity int, hashes []blockHash) bool) {
+// each calls f for every server with its capacity and its blocks, the most recent
+// first, as hash and parent pairs (a copy taken under the lock; f runs without
+// it), until f returns false.
+func (x *index) each(f func(server string, capacity int, pairs []blockHash) bool) {
 	for _, name := range x.serverNames() {
 		x.mu.RLock()
 		s := x.servers[name]
-		var keys []blockHash
+		var pairs []blockHash
 		capacity := 0
 		if s != nil {
-			keys = s.lru.Keys() // oldest to newest
+			pairs = make([]blockHash, 0, 2*s.len())
+			s.newestFirst(func(h, parent blockHash) bool {
+				pairs = append(pairs, h, parent)
+				return true
+			})
 			capacity = s.capacity
 		}
 		x.mu.RUnlock()
-		if len(keys) > 0 && !f(name, capacity, keys) {
+		if len(pairs) > 0 && !f(name, capacity, pairs) {
 			return
 		}
 	}

@@ -2,7 +2,9 @@ package sharedprefix
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 )
@@ -21,35 +23,49 @@ func matches(x *index, hashes []blockHash) map[string]int {
 	return m
 }
 
-// TestIndexAddReportsWhatIsNew: the hashes a placement adds that the server's LRU did
-// not hold are what goes to the peers; a repeated decision adds nothing new.
-func TestIndexAddReportsWhatIsNew(t *testing.T) {
+// order is a server's blocks, the most recent first.
+func order(x *index, server string) []blockHash {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	var out []blockHash
+	if s := x.servers[server]; s != nil {
+		s.newestFirst(func(h, _ blockHash) bool { out = append(out, h); return true })
+	}
+	return out
+}
+
+// TestIndexRouteSaysWhatIsNewAndWhatIsTouched: a decision's ops for the peers are
+// the runs of blocks new to the server (with the parent of the first) and of
+// blocks it held (one touch of their chain: its last block and length); a
+// repeated decision is one touch.
+func TestIndexRouteSaysWhatIsNewAndWhatIsTouched(t *testing.T) {
 	x := newIndex()
-	if got := x.add("ns/a", 10, hs(1, 2, 3), nil); !slices.Equal(got, hs(1, 2, 3)) {
-		t.Fatalf("first placement: new %v", got)
+	if got, want := x.route("ns/a", 10, hs(1, 2, 3), nil), []op{{kind: opAdd, ref: 0, hashes: hs(1, 2, 3)}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("first placement: %+v, want %+v", got, want)
 	}
-	if got := x.add("ns/a", 10, hs(1, 2, 3, 4, 5), nil); !slices.Equal(got, hs(4, 5)) {
-		t.Fatalf("the next turn: new %v, want its two new blocks", got)
+	if got, want := x.route("ns/a", 10, hs(1, 2, 3, 4, 5), nil), []op{{kind: opTouch, ref: 3, n: 3}, {kind: opAdd, ref: 3, hashes: hs(4, 5)}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("the next turn: %+v, want %+v", got, want)
 	}
-	if got := x.add("ns/a", 10, hs(1, 2, 3), nil); len(got) != 0 {
-		t.Fatalf("a repeated decision: new %v", got)
+	if got, want := x.route("ns/a", 10, hs(1, 2, 3), nil), []op{{kind: opTouch, ref: 3, n: 3}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("a repeated decision: %+v, want %+v", got, want)
 	}
-	if got := x.add("ns/b", 10, hs(1, 2), nil); !slices.Equal(got, hs(1, 2)) {
-		t.Fatalf("another server: new %v", got)
+	if got := order(x, "ns/a"); !slices.Equal(got, hs(3, 2, 1, 5, 4)) {
+		t.Fatalf("recency %v, want the repeated chain first, its last block most recent", got)
 	}
-	if x.entries() != 7 {
-		t.Fatalf("entries %d, want 7", x.entries())
+	if x.entries() != 5 {
+		t.Fatalf("entries %d, want 5", x.entries())
 	}
 }
 
 // TestIndexEvictsTheLeastRecent: each server's LRU holds its capacity in blocks; a
 // block touched again is kept over one that was not; an evicted block is no longer
-// matched on that server.
+// matched on that server; a smaller capacity (this replica's, from the server's
+// metrics) shrinks it.
 func TestIndexEvictsTheLeastRecent(t *testing.T) {
 	x := newIndex()
-	x.add("ns/a", 3, hs(1, 2, 3), nil)
-	x.add("ns/a", 3, hs(1), nil) // 1 is the most recent now
-	x.add("ns/a", 3, hs(4), nil) // evicts 2
+	x.route("ns/a", 3, hs(1, 2, 3), nil)
+	x.route("ns/a", 3, hs(1), nil) // 1 is the most recent now
+	x.route("ns/a", 3, hs(4), nil) // evicts 2
 	if got := matches(x, hs(2)); len(got) != 0 {
 		t.Fatalf("block 2, evicted, still matched: %v", got)
 	}
@@ -61,9 +77,7 @@ func TestIndexEvictsTheLeastRecent(t *testing.T) {
 	if x.entries() != 3 {
 		t.Fatalf("entries %d, want the capacity 3", x.entries())
 	}
-	// A smaller capacity (autoTune saw the server's) shrinks the LRU: 3, now the
-	// least recent, goes.
-	x.add("ns/a", 2, hs(4), nil)
+	x.route("ns/a", 2, hs(4), nil)
 	if x.entries() != 2 || len(matches(x, hs(3))) != 0 {
 		t.Fatalf("after a resize to 2: entries %d, block 3 %v", x.entries(), matches(x, hs(3)))
 	}
@@ -73,8 +87,8 @@ func TestIndexEvictsTheLeastRecent(t *testing.T) {
 // that holds a hash counts one, until a hash that no server holds.
 func TestIndexMatchesAsUpstream(t *testing.T) {
 	x := newIndex()
-	x.add("ns/a", 10, hs(1, 2, 3), nil)
-	x.add("ns/b", 10, hs(1, 9), nil)
+	x.route("ns/a", 10, hs(1, 2, 3), nil)
+	x.route("ns/b", 10, hs(1, 9), nil)
 	got := matches(x, hs(1, 2, 3, 4, 9))
 	if want := map[string]int{"ns/a": 3, "ns/b": 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("match %v, want %v (stop at 4, which no server holds)", got, want)
@@ -84,39 +98,142 @@ func TestIndexMatchesAsUpstream(t *testing.T) {
 	}
 }
 
-// TestIndexRemovesAServerAndRebuildsFromASnapshot: a server that left the pool
-// takes its blocks along; what each yields, added in order to another index, is the
-// same index, down to the order of eviction.
-func TestIndexRemovesAServerAndRebuildsFromASnapshot(t *testing.T) {
+// conversation is n blocks of a chain that starts from seed.
+func conversation(seed uint64, n int) []blockHash {
+	out := make([]blockHash, n)
+	h := seed * 0x9e3779b97f4a7c15
+	for i := range out {
+		h = h*6364136223846793005 + 1442695040888963407
+		out[i] = blockHash(h | 1)
+	}
+	return out
+}
+
+// TestAPeerThatAppliesTheOpsHoldsTheSame: a replica that applies another's ops,
+// decision by decision, holds the same blocks in the same order (so it evicts the
+// same ones), with the same digest: recency is shared, not only the blocks.
+func TestAPeerThatAppliesTheOpsHoldsTheSame(t *testing.T) {
+	x, y := newIndex(), newIndex()
+	rng := rand.New(rand.NewPCG(1, 2))
+	convs := make([][]blockHash, 40)
+	for i := range convs {
+		convs[i] = conversation(uint64(i), 5+rng.IntN(40))
+	}
+	for range 2000 {
+		c := convs[rng.IntN(len(convs))]
+		server := []string{"ns/a", "ns/b", "ns/c"}[rng.IntN(3)]
+		n := 1 + rng.IntN(len(c))
+		ops := x.route(server, 300, c[:n], nil)
+		y.apply(server, 300, ops)
+	}
+	for _, s := range []string{"ns/a", "ns/b", "ns/c"} {
+		if a, b := order(x, s), order(y, s); !slices.Equal(a, b) {
+			t.Fatalf("%s: the peer holds %d blocks in another order than the replica's %d", s, len(b), len(a))
+		}
+	}
+	if a, b := digestOf(x.serverStates()), digestOf(y.serverStates()); a != b || a == 0 {
+		t.Fatalf("digests %x and %x", a, b)
+	}
+}
+
+// TestASnapshotNeverEvictsNewerBlocks: a snapshot's blocks are added as older than
+// what the replica holds: into the room left, in the snapshot's order, never
+// evicting a block placed meanwhile; a block held already stays where it is.
+func TestASnapshotNeverEvictsNewerBlocks(t *testing.T) {
 	x := newIndex()
-	x.add("ns/a", 4, hs(1, 2, 3, 4), nil)
-	x.add("ns/a", 4, hs(1), nil)
-	x.add("ns/b", 4, hs(7, 8), nil)
+	x.route("ns/a", 4, hs(10, 11, 12, 13), nil) // the peer's index: 13 most recent
 	y := newIndex()
-	x.each(func(server string, capacity int, hashes []blockHash) bool {
-		y.add(server, capacity, hashes, nil)
+	y.route("ns/a", 4, hs(20, 21), nil) // live placements, before the snapshot
+	x.each(func(server string, capacity int, pairs []blockHash) bool {
+		y.apply(server, 4, []op{{kind: opOlder, hashes: pairs}})
 		return true
 	})
-	if !reflect.DeepEqual(x.counts(), y.counts()) {
-		t.Fatalf("rebuilt %v, want %v", y.counts(), x.counts())
+	if got := order(y, "ns/a"); !slices.Equal(got, hs(21, 20, 13, 12)) {
+		t.Fatalf("after the snapshot: %v, want the live blocks first, then the snapshot's most recent ones in its order", got)
 	}
-	// One more block on a: 2 (now the least recent on both) goes.
-	x.add("ns/a", 4, hs(5), nil)
-	y.add("ns/a", 4, hs(5), nil)
-	if len(matches(y, hs(2))) != 0 || len(matches(x, hs(2))) != 0 {
-		t.Fatal("the rebuilt index does not evict as the original")
+	// A snapshot block held already is not moved.
+	z := newIndex()
+	z.route("ns/a", 4, hs(12), nil)
+	x.each(func(server string, capacity int, pairs []blockHash) bool {
+		z.apply(server, 4, []op{{kind: opOlder, hashes: pairs}})
+		return true
+	})
+	if got := order(z, "ns/a"); !slices.Equal(got, hs(12, 13, 11, 10)) {
+		t.Fatalf("after the snapshot: %v, want 12 first (held, live), then the rest", got)
 	}
+}
+
+// TestDigestsAgreeOnTheSameBlocks: the digest depends on the blocks each server
+// holds, not on their order or how they came.
+func TestDigestsAgreeOnTheSameBlocks(t *testing.T) {
+	x, y := newIndex(), newIndex()
+	x.route("ns/a", 10, hs(1, 2, 3), nil)
+	x.route("ns/b", 10, hs(4), nil)
+	y.route("ns/b", 10, hs(4), nil)
+	y.route("ns/a", 10, hs(3, 1), nil)
+	if digestOf(x.serverStates()) == digestOf(y.serverStates()) {
+		t.Fatal("digests agree on different blocks")
+	}
+	y.route("ns/a", 10, hs(2), nil)
+	if digestOf(x.serverStates()) != digestOf(y.serverStates()) {
+		t.Fatal("digests differ on the same blocks in another order")
+	}
+	y.route("ns/c", 10, hs(2), nil)
+	if digestOf(x.serverStates()) == digestOf(y.serverStates()) {
+		t.Fatal("digests agree with a server more")
+	}
+}
+
+// TestIndexRemovesAServer: a server that left the pool takes its blocks along;
+// blocks another server holds stay.
+func TestIndexRemovesAServer(t *testing.T) {
+	x := newIndex()
+	x.route("ns/a", 4, hs(1, 2, 3, 4), nil)
+	x.route("ns/b", 4, hs(1, 8), nil)
 	x.removeServer("ns/a")
-	if got := matches(x, hs(1)); len(got) != 0 || x.entries() != 2 {
+	if got := matches(x, hs(1, 8)); !reflect.DeepEqual(got, map[string]int{"ns/b": 2}) || x.entries() != 2 {
 		t.Fatalf("after removing ns/a: match %v, entries %d", got, x.entries())
 	}
 }
 
+// TestMemoryPerBlock: the index's cost per block, which bounds its memory
+// (servers × capacity × this). Upstream's LRU, which it used before, took about
+// 426 bytes a block.
+func TestMemoryPerBlock(t *testing.T) {
+	const servers, perServer = 8, 25000
+	before := heap()
+	x := newIndex()
+	for s := range servers {
+		name := []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f", "ns/g", "ns/h"}[s]
+		for c := range perServer / 100 {
+			x.route(name, perServer, conversation(uint64(s*100000+c), 100), nil)
+		}
+	}
+	per := float64(heap()-before) / float64(x.entries())
+	t.Logf("%d blocks: %.0f bytes a block", x.entries(), per)
+	if x.entries() != servers*perServer {
+		t.Fatalf("%d blocks, want %d", x.entries(), servers*perServer)
+	}
+	if per > 200 {
+		t.Errorf("%.0f bytes a block, want under 200", per)
+	}
+	runtime.KeepAlive(x)
+}
+
+func heap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
 // TestPlacementRoundTripAndBounds: a placement decodes to what was encoded, about 8
-// bytes a block; what breaks a bound is refused.
+// bytes a new block and 10 a touch; version 1 is still read; what breaks a bound is
+// refused.
 func TestPlacementRoundTripAndBounds(t *testing.T) {
-	in := placement{server: "llm/vllm-3-rank-0", capacity: 31250, at: 1_700_000_000_000_000, hashes: hs(1, 1<<63, 42)}
-	b := appendPlacement(in)
+	in := placement{server: "llm/vllm-3-rank-0", capacity: 31250, at: 1_700_000_000_000_000, ops: []op{
+		{kind: opTouch, ref: 7, n: 12}, {kind: opAdd, ref: 7, hashes: hs(1, 1<<63, 42)}, {kind: opOlder, hashes: hs(5, 4, 4, 3)}}}
+	b := appendPlacement(nil, &in)
 	var out placement
 	if err := parsePlacement(&out, b); err != nil {
 		t.Fatal(err)
@@ -124,18 +241,32 @@ func TestPlacementRoundTripAndBounds(t *testing.T) {
 	if !reflect.DeepEqual(in, out) {
 		t.Fatalf("round trip: %+v, want %+v", out, in)
 	}
-	if per := float64(len(appendPlacement(placement{server: in.server, capacity: 1, at: in.at, hashes: make([]blockHash, 100)}))-len(appendPlacement(placement{server: in.server, capacity: 1, at: in.at}))) / 100; per != 8 {
-		t.Errorf("%v bytes a block, want 8", per)
+	size := func(ops ...op) int {
+		return len(appendPlacement(nil, &placement{server: in.server, capacity: 1, at: in.at, ops: ops}))
+	}
+	if per := float64(size(op{kind: opAdd, hashes: make([]blockHash, 100)})-size(op{kind: opAdd, hashes: make([]blockHash, 1)})) / 99; per != 8 {
+		t.Errorf("%v bytes a new block, want 8", per)
+	}
+	// Version 1: a server, a capacity, a time and the new hashes.
+	v1 := []byte{placementVersion1, 1, 'x', 9, 5, 2}
+	v1 = binary.LittleEndian.AppendUint64(v1, 11)
+	v1 = binary.LittleEndian.AppendUint64(v1, 12)
+	if err := parsePlacement(&out, v1); err != nil || out.server != "x" || out.at != 5 || !reflect.DeepEqual(out.ops, []op{{kind: opAdd, hashes: hs(11, 12)}}) {
+		t.Fatalf("version 1: %+v %v", out, err)
 	}
 	bad := map[string][]byte{
-		"empty":               nil,
-		"another version":     append([]byte{2}, b[1:]...),
-		"truncated":           b[:len(b)-3],
-		"trailing bytes":      append(slices.Clone(b), 0),
-		"no server":           appendPlacement(placement{capacity: 1, hashes: hs(1)}),
-		"no capacity":         appendPlacement(placement{server: "x", hashes: hs(1)}),
-		"too many hashes":     appendPlacement(placement{server: "x", capacity: 1, hashes: make([]blockHash, maxHashesPerMessage+1)}),
-		"a count beyond data": binary.AppendUvarint(appendPlacement(placement{server: "x", capacity: 1})[:len(appendPlacement(placement{server: "x", capacity: 1}))-1], 5),
+		"empty":           nil,
+		"another version": append([]byte{3}, b[1:]...),
+		"truncated":       b[:len(b)-3],
+		"trailing bytes":  append(slices.Clone(b), 0),
+		"no server":       appendPlacement(nil, &placement{capacity: 1, at: 1, ops: []op{{kind: opAdd, hashes: hs(1)}}}),
+		"no capacity":     appendPlacement(nil, &placement{server: "x", at: 1, ops: []op{{kind: opAdd, hashes: hs(1)}}}),
+		"too many hashes": appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1, ops: []op{{kind: opAdd, hashes: make([]blockHash, maxHashesPerMessage+1)}}}),
+		"too many touched": appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1, ops: []op{
+			{kind: opTouch, ref: 1, n: maxTouchPerMessage}, {kind: opTouch, ref: 2, n: 1}}}),
+		"an empty add":    appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1, ops: []op{{kind: opAdd}}}),
+		"an unknown op":   append(appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1})[:8], 1, 9),
+		"ops beyond data": binary.AppendUvarint(appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1})[:len(appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1}))-1], 5),
 	}
 	for name, b := range bad {
 		if err := parsePlacement(&out, b); err == nil {
@@ -146,18 +277,21 @@ func TestPlacementRoundTripAndBounds(t *testing.T) {
 
 // FuzzParsePlacement: any bytes either fail to parse or parse into a placement that,
 // encoded again, parses the same (a varint may be written longer than it needs);
-// nothing panics.
+// nothing panics, and what parses is within the bounds.
 func FuzzParsePlacement(f *testing.F) {
-	f.Add(appendPlacement(placement{server: "llm/vllm-0", capacity: 256, at: 5, hashes: hs(1, 2)}))
-	f.Add(appendPlacement(placement{server: "x", capacity: 1}))
+	f.Add(appendPlacement(nil, &placement{server: "llm/vllm-0", capacity: 256, at: 5, ops: []op{{kind: opAdd, ref: 3, hashes: hs(1, 2)}, {kind: opTouch, ref: 2, n: 2}}}))
+	f.Add(appendPlacement(nil, &placement{server: "x", capacity: 1, ops: []op{{kind: opOlder, hashes: hs(1, 0)}}}))
 	f.Add([]byte{1, 1, 'x', 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p placement
 		if err := parsePlacement(&p, b); err != nil {
 			return
 		}
+		if p.cost() > maxHashesPerMessage+maxTouchPerMessage || len(p.ops) > maxOpsPerMessage {
+			t.Fatalf("a placement over the bounds parsed: cost %d, %d ops", p.cost(), len(p.ops))
+		}
 		var q placement
-		if err := parsePlacement(&q, appendPlacement(p)); err != nil || !reflect.DeepEqual(p, q) {
+		if err := parsePlacement(&q, appendPlacement(nil, &p)); err != nil || !reflect.DeepEqual(p, q) {
 			t.Fatalf("re-encoded %+v parses as %+v (%v)", p, q, err)
 		}
 	})

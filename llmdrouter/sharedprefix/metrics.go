@@ -18,8 +18,21 @@ var (
 	}, []string{Label})
 	placements = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_shared_prefix_placements_total",
-		Help: "Placements merged into the index, by origin: local (this replica's decisions), peer (a peer's), snapshot (a part of a peer's index, at start).",
+		Help: "Placements merged into the index, by origin: local (this replica's decisions), peer (a peer's), resent (a peer's, missed in a connection gap and sent again), snapshot (a part of a peer's index, at start), resync (a part of a peer's index, in place of placements missed and no longer kept).",
 	}, []string{Label, "origin"})
+	hitRatio = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "epp_shared_prefix_index_hit_ratio",
+		Help:    "Per request routed, the share of its blocks that the index said the chosen server holds (upstream's llm_d_epp_prefix_indexer_hit_ratio, for this index).",
+		Buckets: []float64{0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0},
+	}, []string{Label})
+	capacityConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_shared_prefix_capacity_conflicts_total",
+		Help: "Peers' placements that gave a server another capacity than this replica's (its configuration or the server's metrics), which stays: a rollout that changes lruCapacityPerServer, or replicas that read the servers' metrics differently.",
+	}, []string{Label})
+	heldGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_shared_prefix_held_blocks",
+		Help: "Blocks of peers' placements held for an endpoint the pool does not list yet (merged when it does, dropped after a while).",
+	}, []string{Label})
 	placementBytes = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "epp_shared_prefix_placement_bytes",
 		Help:    "Bytes of a placement published to the peers: the server, and 8 bytes per block hash new to it.",
@@ -32,12 +45,12 @@ var (
 	}, []string{Label})
 	dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_shared_prefix_dropped_total",
-		Help: "Peers' placements left out, by reason: not-in-pool (an endpoint this replica's pool does not have), rate (a peer over its rate of block hashes).",
+		Help: "Peers' placements left out, by reason: not-in-pool (an endpoint this replica's pool did not list within the hold time), rate (a peer over its rate of block hashes), held-overflow (more held for endpoints not listed yet than the bound).",
 	}, []string{Label, "reason"})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(blocksGauge, placements, placementBytes, propagation, dropped)
+	ctrlmetrics.Registry.MustRegister(blocksGauge, placements, placementBytes, propagation, dropped, hitRatio, capacityConflicts, heldGauge)
 }
 
 // instanceMetrics are one plugin's metrics.
@@ -47,6 +60,9 @@ type instanceMetrics struct {
 	placementBytes prometheus.Observer
 	propagation    prometheus.Observer
 	dropped        *prometheus.CounterVec
+	hitRatio       prometheus.Observer
+	conflicts      prometheus.Counter
+	held           prometheus.Gauge
 }
 
 func metricsFor(name string) *instanceMetrics {
@@ -57,20 +73,24 @@ func metricsFor(name string) *instanceMetrics {
 		placementBytes: placementBytes.With(l),
 		propagation:    propagation.With(l),
 		dropped:        dropped.MustCurryWith(l),
+		hitRatio:       hitRatio.With(l),
+		conflicts:      capacityConflicts.With(l),
+		held:           heldGauge.With(l),
 	}
-	for _, o := range []string{"local", "peer", "snapshot"} {
+	for _, o := range []string{"local", "peer", "resent", "snapshot", "resync"} {
 		m.placements.WithLabelValues(o)
 	}
-	for _, r := range []string{"not-in-pool", "rate"} {
+	for _, r := range []string{"not-in-pool", "rate", "held-overflow"} {
 		m.dropped.WithLabelValues(r)
 	}
 	return m
 }
 
-// Per peer, the block hashes it may add to the index: a token bucket.
+// Per peer, the blocks its live placements may add or touch: a token bucket.
 const (
-	// peerHashRate is the block hashes a second one peer may add: 1,000 placements
-	// a second of 2,000 new blocks each (a 128K-token prompt in 64-token blocks).
+	// peerHashRate is the blocks a second that one peer's placements may add or
+	// touch: 1,000 placements a second of 2,000 blocks each (a 128K-token prompt in
+	// 64-token blocks).
 	peerHashRate = 2_000_000
 	// peerHashBurst is what it may add at once.
 	peerHashBurst = 4 * maxHashesPerMessage

@@ -7,11 +7,19 @@
 // (the same block hashes, from upstream's prefixhash, and the same LRU per server,
 // parameters and match), and publishes every routing decision (PreRequest) to its
 // peers within a short window: the block hashes new to the chosen server, about 8
-// bytes each. Peers merge them into their own index, so that the next turn of a
-// conversation, whichever replica it reaches, finds the server that holds its prefix.
-// A replica that starts asks one peer for its whole index before it counts itself
-// warm. Endpoints that leave the pool leave the index; a departing peer's placements
-// stay, since they describe the servers' caches, not the peer.
+// bytes each, and the blocks it held already as one touch of their chain (its last
+// block and length), so that every replica's LRU keeps what the fleet reuses, as
+// one replica that saw all the traffic would. Peers merge them into their own
+// index, so that the next turn of a conversation, whichever replica it reaches,
+// finds the server that holds its prefix. Nothing is lost to a connection gap (the
+// broadcast resends what a peer missed, or resyncs it), and each replica's
+// /debug/plugins/state shows a digest of its index per server, which replicas
+// compare. A replica that starts asks a warm peer for its whole index before it
+// counts itself warm. A server's capacity is this replica's (its configuration or
+// the server's metrics), never a peer's. Endpoints that leave the pool leave the
+// index; a placement for an endpoint the pool does not list yet is held a while; a
+// departing peer's placements stay, since they describe the servers' caches, not
+// the peer.
 //
 //	plugins:
 //	  - name: peer-discovery
@@ -31,6 +39,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -72,7 +81,20 @@ const (
 	// PoolEvery is how often the pool is read again: an endpoint that left it leaves
 	// the index within that.
 	PoolEvery = 2 * time.Second
+	// HoldFor is how long a peer's placement for an endpoint the pool does not list
+	// (yet: a new server, or a pool not read yet) is held, the pool read every
+	// heldPoolEvery meanwhile; then it is dropped (not-in-pool).
+	HoldFor = 10 * time.Second
+	// heldPoolEvery is how often the pool is read while placements are held.
+	heldPoolEvery = 250 * time.Millisecond
+	// maxHeld bounds the placements held (their blocks) and maxHeldServers the
+	// endpoints they name: over either, a placement is dropped (held-overflow).
+	maxHeld        = 1 << 22
+	maxHeldServers = 1024
 )
+
+// holdFor is HoldFor (tests shorten it).
+var holdFor = HoldFor
 
 var (
 	_ requestcontrol.DataProducer = (*Plugin)(nil)
@@ -141,11 +163,27 @@ type Plugin struct {
 	m         *instanceMetrics
 
 	pool atomic.Pointer[map[string]struct{}] // the pool's endpoints; nil: not known
+	caps sync.Map                            // endpoint -> its capacity by its metrics (autoTune)
 
-	published, publishedBytes, received, dropped atomic.Uint64
-	limits                                       sync.Map       // peer -> *bucket
-	pending                                      sync.WaitGroup // placements being recorded (tests)
-	buffers                                      sync.Pool      // []blockHash
+	heldMu      sync.Mutex
+	heldWake    chan struct{} // a placement was held: read the pool soon
+	held        []heldPlacement
+	heldBlocks  int
+	heldServers map[string]int
+
+	published, publishedBytes, received, dropped, conflicts atomic.Uint64
+	limits                                                  sync.Map       // peer -> *bucket
+	pending                                                 sync.WaitGroup // placements being recorded (tests)
+}
+
+// heldPlacement is a peer's placement for an endpoint the pool does not list yet.
+type heldPlacement struct {
+	peer  string
+	msg   []byte
+	kind  peersync.MessageKind
+	until time.Time
+	cost  int
+	pl    placement
 }
 
 // Factory builds shared-prefix-cache-producer on the peer-syncer peerSyncerRef names.
@@ -189,11 +227,11 @@ func Factory(name string, raw *json.Decoder, handle fwkplugin.Handle) (fwkplugin
 		state:     fwkplugin.NewPluginState(ctx),
 		log:       ctrl.Log.WithName(Type).WithValues("plugin", name),
 		m:         metricsFor(name),
+		heldWake:  make(chan struct{}, 1),
 	}
-	pl.buffers.New = func() any { b := make([]blockHash, 0, 256); return &b }
 	bootstrap := p.Bootstrap == nil || *p.Bootstrap
 	pl.bc, err = ps.Syncer().Broadcast(BroadcastName(name), peersync.BroadcastOptions{
-		Window: window, Receive: pl.receive, Snapshot: pl.snapshot, Bootstrap: bootstrap,
+		Window: window, ReceiveMessage: pl.receive, Snapshot: pl.snapshot, Bootstrap: bootstrap,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Type, err)
@@ -228,11 +266,16 @@ func (p *Plugin) Consumes() fwkplugin.DataDependencies {
 	return fwkplugin.DataDependencies{Required: map[fwkplugin.DataKey]any{tokenproducer.TokenizedPromptDataKey: fwksched.TokenizedRequest{}}}
 }
 
-// requestState carries a request's block hashes from Produce to PreRequest.
-type requestState struct{ perPrompt [][]blockHash }
+// requestState carries a request's block hashes, and the blocks each endpoint
+// matched, from Produce to PreRequest.
+type requestState struct {
+	perPrompt [][]blockHash
+	matches   map[string]int
+	total     int
+}
 
 func (s *requestState) Clone() fwkplugin.StateData {
-	c := &requestState{perPrompt: make([][]blockHash, len(s.perPrompt))}
+	c := &requestState{perPrompt: make([][]blockHash, len(s.perPrompt)), matches: maps.Clone(s.matches), total: s.total}
 	for i, h := range s.perPrompt {
 		c.perPrompt[i] = slices.Clone(h)
 	}
@@ -251,9 +294,10 @@ func (p *Plugin) Produce(ctx context.Context, request *fwksched.InferenceRequest
 		total += len(hashes)
 	}
 	for _, e := range endpoints {
+		p.learnCapacity(e)
 		e.Put(p.dk, attrprefix.NewPrefixCacheMatchInfo(matches[e.GetMetadata().ID.String()], total, blockSize))
 	}
-	p.state.Write(request.RequestID, fwkplugin.StateKey(p.typedName.Name), &requestState{perPrompt: perPrompt})
+	p.state.Write(request.RequestID, fwkplugin.StateKey(p.typedName.Name), &requestState{perPrompt: perPrompt, matches: matches, total: total})
 	return nil
 }
 
@@ -285,6 +329,9 @@ func (p *Plugin) PreRequest(ctx context.Context, request *fwksched.InferenceRequ
 	for _, e := range targets {
 		ts = append(ts, target{server: e.GetMetadata().ID.String(), capacity: p.capacity(e)})
 	}
+	if st.total > 0 {
+		p.m.hitRatio.Observe(float64(st.matches[ts[0].server]) / float64(st.total))
+	}
 	// Off the request path, as upstream's producer records.
 	p.pending.Go(func() {
 		for _, t := range ts {
@@ -296,58 +343,168 @@ func (p *Plugin) PreRequest(ctx context.Context, request *fwksched.InferenceRequ
 	return nil
 }
 
-// record adds hashes of server to the index and publishes those new to it.
+// record routes hashes to server in the index and publishes what the peers need to
+// do the same (the new blocks, and a touch of those held already), in messages
+// within the bounds a peer takes (a long run of new blocks is split, its next part's
+// parent the last block of the part before; a touch of more blocks than a message
+// takes touches the latest of them).
 func (p *Plugin) record(server string, capacity int, hashes []blockHash, decided time.Time) {
-	buf := p.buffers.Get().(*[]blockHash)
-	fresh := p.idx.add(server, capacity, hashes, *buf)
+	ops := p.idx.route(server, capacity, hashes, nil)
 	p.m.placements.WithLabelValues("local").Inc()
-	at := decided.UnixMicro()
-	for len(fresh) > 0 {
-		n := min(len(fresh), maxHashesPerMessage)
-		msg := appendPlacement(placement{server: server, capacity: capacity, at: at, hashes: fresh[:n]})
-		p.bc.Publish(msg)
-		p.m.placementBytes.Observe(float64(len(msg)))
-		p.published.Add(1)
-		p.publishedBytes.Add(uint64(len(msg)))
-		fresh = fresh[n:]
+	pl := placement{server: server, capacity: capacity, at: decided.UnixMicro()}
+	added, touched := 0, 0
+	flush := func() {
+		if len(pl.ops) > 0 {
+			p.publish(&pl)
+		}
+		pl.ops, added, touched = pl.ops[:0], 0, 0
 	}
-	*buf = fresh[:0]
-	p.buffers.Put(buf)
+	for _, o := range ops {
+		if o.kind == opTouch {
+			o.n = min(o.n, maxTouchPerMessage)
+			if touched+o.n > maxTouchPerMessage {
+				flush()
+			}
+			touched += o.n
+		}
+		for o.kind == opAdd && added+len(o.hashes) > maxHashesPerMessage {
+			if k := maxHashesPerMessage - added; k > 0 {
+				pl.ops = append(pl.ops, op{kind: opAdd, ref: o.ref, hashes: o.hashes[:k]})
+				o.ref, o.hashes = o.hashes[k-1], o.hashes[k:]
+			}
+			flush()
+		}
+		added += len(o.hashes)
+		pl.ops = append(pl.ops, o)
+		if len(pl.ops) == maxOpsPerMessage {
+			flush()
+		}
+	}
+	flush()
 }
 
-// receive merges a peer's placement (or a part of its snapshot).
-func (p *Plugin) receive(peer string, msg []byte) error {
+// publish sends pl to the peers.
+func (p *Plugin) publish(pl *placement) {
+	msg := appendPlacement(nil, pl)
+	p.bc.Publish(msg)
+	p.m.placementBytes.Observe(float64(len(msg)))
+	p.published.Add(1)
+	p.publishedBytes.Add(uint64(len(msg)))
+}
+
+// receive merges a peer's placement (or a part of its snapshot, or of a resync).
+// A live placement counts against the peer's rate; what a snapshot or a resync
+// alone may carry (older blocks, no time) comes only in one, which this replica
+// asked for. The server's capacity is this replica's: a peer that says otherwise
+// is counted. A placement for an endpoint the pool does not list is held.
+func (p *Plugin) receive(m peersync.Message) error {
 	var pl placement
-	if err := parsePlacement(&pl, msg); err != nil {
+	if err := parsePlacement(&pl, m.Data); err != nil {
 		return err
 	}
+	solicited := m.Kind == peersync.Snapshot || m.Kind == peersync.Resync
+	if pl.snapshotOnly() && !solicited {
+		return fmt.Errorf("%w: older blocks, or no time, outside a snapshot", errMalformedPlacement)
+	}
+	if m.Kind == peersync.Live && !p.allow(m.Peer, pl.cost()) {
+		p.m.dropped.WithLabelValues("rate").Inc()
+		p.dropped.Add(1)
+		return nil
+	}
+	if pl.capacity != p.localCapacity(pl.server) {
+		p.conflicts.Add(1)
+		p.m.conflicts.Inc()
+	}
+	if !p.inPool(pl.server) {
+		p.hold(m, pl.server, pl.cost())
+		return nil
+	}
+	p.merge(m.Kind, &pl)
+	return nil
+}
+
+// merge applies a peer's placement to the index.
+func (p *Plugin) merge(kind peersync.MessageKind, pl *placement) {
+	p.idx.apply(pl.server, p.localCapacity(pl.server), pl.ops)
 	origin := "peer"
-	if pl.at == 0 {
+	switch kind {
+	case peersync.Snapshot:
 		origin = "snapshot"
+	case peersync.Resync:
+		origin = "resync"
+	case peersync.Resent:
+		origin = "resent"
 	}
-	if origin == "peer" || isClosed(p.bc.Warm()) {
-		if !p.allow(peer, len(pl.hashes)) {
-			p.m.dropped.WithLabelValues("rate").Inc()
-			p.dropped.Add(1)
-			return nil
-		}
-	}
-	if pool := p.pool.Load(); pool != nil {
-		if _, ok := (*pool)[pl.server]; !ok {
-			p.m.dropped.WithLabelValues("not-in-pool").Inc()
-			p.dropped.Add(1)
-			return nil
-		}
-	}
-	buf := p.buffers.Get().(*[]blockHash)
-	*buf = p.idx.add(pl.server, pl.capacity, pl.hashes, *buf)[:0]
-	p.buffers.Put(buf)
 	p.m.placements.WithLabelValues(origin).Inc()
 	p.received.Add(1)
-	if pl.at > 0 {
+	if kind == peersync.Live && pl.at > 0 {
 		p.m.propagation.Observe(max(0, time.Since(time.UnixMicro(pl.at)).Seconds()))
 	}
-	return nil
+}
+
+// inPool reports whether the pool lists server (false while the pool is not read
+// yet).
+func (p *Plugin) inPool(server string) bool {
+	pool := p.pool.Load()
+	if pool == nil {
+		return false
+	}
+	_, ok := (*pool)[server]
+	return ok
+}
+
+// hold keeps a peer's placement for an endpoint the pool does not list, within
+// maxHeld blocks and maxHeldServers endpoints, for HoldFor.
+func (p *Plugin) hold(m peersync.Message, server string, cost int) {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	if p.heldServers == nil {
+		p.heldServers = map[string]int{}
+	}
+	if p.heldBlocks+cost > maxHeld || (p.heldServers[server] == 0 && len(p.heldServers) >= maxHeldServers) {
+		p.m.dropped.WithLabelValues("held-overflow").Inc()
+		p.dropped.Add(1)
+		return
+	}
+	p.held = append(p.held, heldPlacement{peer: m.Peer, msg: append([]byte(nil), m.Data...), kind: m.Kind, until: time.Now().Add(holdFor), cost: cost})
+	p.heldBlocks += cost
+	p.heldServers[server]++
+	p.m.held.Set(float64(p.heldBlocks))
+	select {
+	case p.heldWake <- struct{}{}:
+	default:
+	}
+}
+
+// releaseHeld merges the held placements whose endpoint the pool lists now, in
+// the order they came, and drops those held past HoldFor.
+func (p *Plugin) releaseHeld(now time.Time) int {
+	p.heldMu.Lock()
+	defer p.heldMu.Unlock()
+	keep := p.held[:0]
+	for _, h := range p.held {
+		if err := parsePlacement(&h.pl, h.msg); err != nil {
+			continue // it parsed when it came
+		}
+		switch {
+		case p.inPool(h.pl.server):
+			p.merge(h.kind, &h.pl)
+		case now.After(h.until):
+			p.m.dropped.WithLabelValues("not-in-pool").Inc()
+			p.dropped.Add(1)
+		default:
+			keep = append(keep, h)
+			continue
+		}
+		p.heldBlocks -= h.cost
+		if p.heldServers[h.pl.server]--; p.heldServers[h.pl.server] <= 0 {
+			delete(p.heldServers, h.pl.server)
+		}
+	}
+	clear(p.held[len(keep):])
+	p.held = keep
+	p.m.held.Set(float64(p.heldBlocks))
+	return len(p.held)
 }
 
 func isClosed(c <-chan struct{}) bool {
@@ -359,29 +516,30 @@ func isClosed(c <-chan struct{}) bool {
 	}
 }
 
-// snapshot gives a peer that starts this replica's index, server by server, oldest
-// blocks first.
+// snapshot gives a peer that starts (or that missed frames no longer kept) this
+// replica's index, server by server, the most recent blocks first, each with its
+// parent: the peer adds them as its least recent, in that order.
 func (p *Plugin) snapshot(emit func([]byte) bool) {
-	p.idx.each(func(server string, capacity int, hashes []blockHash) bool {
-		for len(hashes) > 0 {
-			n := min(len(hashes), maxHashesPerMessage)
-			if !emit(appendPlacement(placement{server: server, capacity: capacity, hashes: hashes[:n]})) {
+	p.idx.each(func(server string, capacity int, pairs []blockHash) bool {
+		for len(pairs) > 0 {
+			n := min(len(pairs), maxHashesPerMessage)
+			pl := placement{server: server, capacity: capacity, ops: []op{{kind: opOlder, hashes: pairs[:n]}}}
+			if !emit(appendPlacement(nil, &pl)) {
 				return false
 			}
-			hashes = hashes[n:]
+			pairs = pairs[n:]
 		}
 		return true
 	})
 }
 
-// followPool reads the pool's endpoints every PoolEvery: placements for an endpoint
-// it does not have are dropped, and an endpoint that left it leaves the index. The
-// pool is not known (nothing is dropped) until the EPP's datastore lists an
-// endpoint: the EPP builds its plugins before the datastore has read the pool's
-// pods, and a peer's snapshot that arrives meanwhile would be dropped whole.
+// followPool reads the pool's endpoints every PoolEvery (every heldPoolEvery while
+// placements are held): an endpoint that left it leaves the index, and held
+// placements for an endpoint it lists now are merged. The pool is not known (every
+// peer's placement is held) until the EPP's datastore lists an endpoint: the EPP
+// builds its plugins before the datastore has read the pool's pods, and a peer's
+// snapshot that arrives meanwhile must not be lost.
 func (p *Plugin) followPool(ctx context.Context, handle fwkplugin.Handle) {
-	t := time.NewTicker(PoolEvery)
-	defer t.Stop()
 	listed := false
 	for {
 		names := handle.PodList()
@@ -394,15 +552,26 @@ func (p *Plugin) followPool(ctx context.Context, handle fwkplugin.Handle) {
 			for _, s := range p.idx.serverNames() {
 				if _, ok := pool[s]; !ok {
 					p.idx.removeServer(s)
+					p.caps.Delete(s)
 					p.log.V(1).Info("an endpoint left the pool: its blocks left the index", "endpoint", s)
 				}
 			}
+		}
+		every := PoolEvery
+		if p.releaseHeld(time.Now()) > 0 {
+			every = heldPoolEvery
 		}
 		p.m.blocks.Set(float64(p.idx.entries()))
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-time.After(every):
+		case <-p.heldWake:
+			select { // what comes with it, held too
+			case <-ctx.Done():
+				return
+			case <-time.After(heldPoolEvery):
+			}
 		}
 	}
 }
@@ -437,42 +606,87 @@ func (p *Plugin) capacity(e fwksched.Endpoint) int {
 			return m.CacheNumBlocks
 		}
 	}
+	return p.configuredCapacity()
+}
+
+func (p *Plugin) configuredCapacity() int {
 	if p.p.LRUCapacityPerServer > 0 {
 		return p.p.LRUCapacityPerServer
 	}
 	return DefaultLRUCapacityPerServer
 }
 
+// learnCapacity remembers the capacity an endpoint's metrics give it (autoTune),
+// for the placements of peers for that endpoint.
+func (p *Plugin) learnCapacity(e fwksched.Endpoint) {
+	if !p.p.AutoTune {
+		return
+	}
+	if m := e.GetMetrics(); m != nil && m.CacheNumBlocks > 0 {
+		name := e.GetMetadata().ID.String()
+		if v, ok := p.caps.Load(name); !ok || v.(int) != m.CacheNumBlocks {
+			p.caps.Store(name, m.CacheNumBlocks)
+		}
+	}
+}
+
+// localCapacity is this replica's capacity for server: by its metrics where they
+// gave one (autoTune), else by the configuration. A peer's never counts.
+func (p *Plugin) localCapacity(server string) int {
+	if v, ok := p.caps.Load(server); ok {
+		return v.(int)
+	}
+	return p.configuredCapacity()
+}
+
 // Index is what the plugin holds, for the document and the tests.
 type Index struct {
-	// Warm: a peer's index arrived whole (or there was no peer to ask).
+	// Warm: a peer's index arrived whole (or there was no warm peer to ask).
 	Warm bool `json:"warm"`
 	// WarmAfterSeconds is how long after the start it got warm.
 	WarmAfterSeconds float64 `json:"warmAfterSeconds,omitempty"`
 	// Blocks held, every server together; per server (at most 100, most first).
 	Blocks  int           `json:"blocks"`
 	Servers []ServerCount `json:"servers"`
+	// Digest is a digest of every server's blocks (whatever their order): replicas
+	// whose indexes hold the same blocks for the same servers show the same one.
+	Digest string `json:"digest"`
 	// Placements published to the peers (and their bytes), and merged from them.
 	Published      uint64 `json:"published"`
 	PublishedBytes uint64 `json:"publishedBytes"`
 	Received       uint64 `json:"received"`
-	// Dropped: peers' placements left out (an endpoint not in the pool, a peer over
-	// its rate).
+	// Dropped: peers' placements left out (an endpoint not in the pool after
+	// HoldFor, a peer over its rate, more held than the bound).
 	Dropped uint64 `json:"dropped"`
+	// Held: blocks of peers' placements held for an endpoint the pool does not
+	// list yet (HeldPlacements: those placements).
+	Held           int `json:"held"`
+	HeldPlacements int `json:"heldPlacements"`
+	// CapacityConflicts: peers' placements that gave a server another capacity
+	// than this replica's (which stays).
+	CapacityConflicts uint64 `json:"capacityConflicts"`
 }
 
-// ServerCount is one server's blocks in the index.
+// ServerCount is one server's blocks in the index, its capacity here, and a digest
+// of its blocks.
 type ServerCount struct {
-	Server string `json:"server"`
-	Blocks int    `json:"blocks"`
+	Server   string `json:"server"`
+	Blocks   int    `json:"blocks"`
+	Capacity int    `json:"capacity"`
+	Digest   string `json:"digest"`
 }
 
 // State is what the plugin holds now.
 func (p *Plugin) State() Index {
-	out := Index{Warm: isClosed(p.bc.Warm()), WarmAfterSeconds: p.bc.WarmAfter().Seconds(), Blocks: p.idx.entries(),
-		Published: p.published.Load(), PublishedBytes: p.publishedBytes.Load(), Received: p.received.Load(), Dropped: p.dropped.Load(), Servers: []ServerCount{}}
-	for s, n := range p.idx.counts() {
-		out.Servers = append(out.Servers, ServerCount{Server: s, Blocks: n})
+	p.heldMu.Lock()
+	held, heldPlacements := p.heldBlocks, len(p.held)
+	p.heldMu.Unlock()
+	states := p.idx.serverStates()
+	out := Index{Warm: isClosed(p.bc.Warm()), WarmAfterSeconds: p.bc.WarmAfter().Seconds(), Blocks: p.idx.entries(), Digest: fmt.Sprintf("%016x", digestOf(states)),
+		Published: p.published.Load(), PublishedBytes: p.publishedBytes.Load(), Received: p.received.Load(), Dropped: p.dropped.Load(),
+		Held: held, HeldPlacements: heldPlacements, CapacityConflicts: p.conflicts.Load(), Servers: []ServerCount{}}
+	for s, st := range states {
+		out.Servers = append(out.Servers, ServerCount{Server: s, Blocks: st.blocks, Capacity: st.capacity, Digest: fmt.Sprintf("%016x", st.digest)})
 	}
 	sort.Slice(out.Servers, func(i, j int) bool {
 		if out.Servers[i].Blocks != out.Servers[j].Blocks {

@@ -242,20 +242,23 @@ func TestADecisionReachesEveryPeersIndex(t *testing.T) {
 		t.Errorf("p99 %v from a decision to a peer's index, want about the window (the bench measures it against 50 ms)", p99)
 	}
 
-	// Bytes: the follow-up placement carries its 2 new blocks.
+	// Bytes: the follow-up placement carries its 2 new blocks and one touch of the
+	// 10 held; a repeat, one touch (recency is shared).
 	before := rs[2].sp.State()
 	turn1 := prompt(999, 10)
 	rs[2].route(t, turn1, 1)
 	rs[2].route(t, append(slices.Clone(turn1), prompt(998, 2)...), 1)
-	rs[2].route(t, turn1, 1) // nothing new: nothing sent
+	rs[2].route(t, turn1, 1)
 	after := rs[2].sp.State()
-	if n := after.Published - before.Published; n != 2 {
-		t.Errorf("%d placements published for a turn, its follow-up and a repeat, want 2 (the repeat adds nothing)", n)
+	if n := after.Published - before.Published; n != 3 {
+		t.Errorf("%d placements published for a turn, its follow-up and a repeat, want 3", n)
 	}
 	bytes := after.PublishedBytes - before.PublishedBytes
-	t.Logf("a turn of 10 new blocks and its follow-up of 2: %d bytes in all", bytes)
-	if overhead := uint64(2 * (1 + 1 + len("llm/vllm-1-rank-0") + 3 + 8 + 1)); bytes != 12*8+overhead {
-		t.Errorf("the two placements took %d bytes, want 8 a new block plus the server, its capacity and the time (%d)", bytes, 12*8+overhead)
+	t.Logf("a turn of 10 new blocks, its follow-up of 2 and a repeat: %d bytes in all", bytes)
+	const add, touch = 1 + 8 + 1, 1 + 8 + 1 // an op's kind, parent or last block, count
+	header := 1 + 1 + len("llm/vllm-1-rank-0") + 3 + 8 + 1
+	if want := uint64(3*header + add + 10*8 + touch + add + 2*8 + touch); bytes != want {
+		t.Errorf("the three placements took %d bytes, want 8 a new block and 10 a touch, plus the server, its capacity and the time (%d)", bytes, want)
 	}
 }
 
@@ -359,9 +362,10 @@ func waitBlocks(t *testing.T, r *replica, want int) {
 }
 
 // TestThePoolBoundsTheIndex: an endpoint that leaves the pool leaves every
-// replica's index; a placement for an endpoint a replica's pool does not have is
-// dropped there.
+// replica's index; a placement for an endpoint a replica's pool does not list is
+// held aside, out of the index, and dropped after the hold time.
 func TestThePoolBoundsTheIndex(t *testing.T) {
+	defer sharedprefix.SetHoldFor(time.Second)()
 	full, partial := newPool(4), newPool(4)
 	partial.remove(3)
 	f := pluginfleet.New(t, 2)
@@ -379,9 +383,15 @@ func TestThePoolBoundsTheIndex(t *testing.T) {
 	if got, _ := b.matched(conv); got["vllm-3-rank-0"] != 0 {
 		t.Errorf("B holds a placement for an endpoint its pool does not have: %v", got)
 	}
-	if b.sp.State().Dropped == 0 {
-		t.Error("B counted no dropped placement")
+	if st := b.sp.State(); st.Held != 5 {
+		t.Errorf("B holds %d blocks aside, want the 5 for the endpoint its pool does not list", st.Held)
 	}
+	wait.For(t, 5*time.Second, func() string {
+		if st := b.sp.State(); st.Dropped != 1 || st.Held != 0 {
+			return fmt.Sprintf("B: %d dropped, %d blocks held; want the placement dropped after the hold time", st.Dropped, st.Held)
+		}
+		return ""
+	})
 	// vllm-2 leaves the pool: it leaves A's index and B's.
 	full.remove(2)
 	partial.remove(2)

@@ -1,0 +1,241 @@
+package sharedprefix_test
+
+import (
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
+	"github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/scheduling/scorer/prefix"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/pluginfleet"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/sharedprefix"
+)
+
+// startWith builds replica i of f as start does, with the shared index's
+// parameters params.
+func startWith(t *testing.T, f *pluginfleet.Fleet, i int, p *pool, params string) *replica {
+	t.Helper()
+	r := &replica{Replica: f.Start(i, syncerParams), pool: p}
+	sp, err := fwkplugin.Registry[sharedprefix.Type]("shared-prefix", pluginfleet.Params(params), r.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.sp = sp.(*sharedprefix.Plugin)
+	r.Handle.AddPlugin("shared-prefix", sp)
+	sc, err := prefix.PrefixCachePluginFactory("prefix-cache-scorer", pluginfleet.Params(`{"prefixMatchInfoProducerName": "shared-prefix"}`), r.Handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.scorer = sc.(*prefix.Plugin)
+	return r
+}
+
+// fleetWith starts n replicas with the shared index's parameters params, warm and
+// connected.
+func fleetWith(t *testing.T, n int, p *pool, params string) []*replica {
+	t.Helper()
+	f := pluginfleet.New(t, n)
+	f.PodList = p.list
+	var rs []*replica
+	var fleet []*pluginfleet.Replica
+	for i := range n {
+		rs = append(rs, startWith(t, f, i, p, params))
+	}
+	for _, r := range rs {
+		waitWarm(t, r)
+		fleet = append(fleet, r.Replica)
+	}
+	pluginfleet.WaitConnected(t, connectedWithin, fleet...)
+	return rs
+}
+
+// settled waits until every replica has merged every placement the others
+// published: a barrier that needs no clock.
+func settled(t *testing.T, rs []*replica) {
+	t.Helper()
+	for _, r := range rs {
+		r.sp.WaitRecorded()
+	}
+	var published uint64
+	for _, r := range rs {
+		published += r.sp.State().Published
+	}
+	wait.For(t, 20*time.Second, func() string {
+		for _, r := range rs {
+			st := r.sp.State()
+			if want := published - st.Published; st.Received+st.Dropped+uint64(st.HeldPlacements) < want {
+				return fmt.Sprintf("%s merged %d of its peers' %d placements", r.Name, st.Received, want)
+			}
+		}
+		return ""
+	})
+}
+
+// TestRecencyIsShared: at N = 8 replicas, a prefix that the fleet reuses every T,
+// each time through another replica, with C/(N·λ) < T < C/λ (between two reuses
+// the server gets 400 new blocks, its capacity C is 800: one replica that saw all
+// the traffic keeps the prefix; a replica that saw only its own eighth of the
+// reuses would evict it), stays in every replica's index: each reuse, routed
+// anywhere, makes it the most recent everywhere. Before, recency was not shared,
+// and every replica but the last to route it forgot it.
+func TestRecencyIsShared(t *testing.T) {
+	const n, capacity, between = 8, 800, 400
+	p := newPool(1)
+	rs := fleetWith(t, n, p, fmt.Sprintf(`{"peerSyncerRef": "peer-syncer", "autoTune": false, "lruCapacityPerServer": %d}`, capacity))
+	hot := prompt(1, 20)
+	conv := uint64(100)
+	for round := range 3 * n {
+		rs[round%n].route(t, hot, 0)
+		// 400 new blocks, routed through every replica in turn.
+		for k := 0; k < between/20; k++ {
+			rs[(round+k)%n].route(t, prompt(conv, 20), 0)
+			conv++
+		}
+		settled(t, rs)
+		for _, r := range rs {
+			if got, _ := r.matched(hot); got["vllm-0-rank-0"] != 20 {
+				t.Fatalf("round %d: %s matches %d of the hot prefix's 20 blocks: it forgot a prefix the fleet reuses every %d blocks (capacity %d)", round, r.Name, got["vllm-0-rank-0"], between, capacity)
+			}
+		}
+	}
+	// (Full LRUs that took the same placements in another order may hold other
+	// blocks: the indexes converge only while none is full.)
+	for _, r := range rs {
+		if st := r.sp.State(); st.Blocks != capacity {
+			t.Errorf("%s: %d blocks, want the capacity %d", r.Name, st.Blocks, capacity)
+		}
+	}
+}
+
+// TestCapacityIsLocal: a peer's placement never sizes this replica's index: one
+// that claims capacity 1 (a replica configured otherwise, mid-rollout) leaves the
+// 2,000 blocks here, and is counted as a conflict. Before, it cut them to 1.
+func TestCapacityIsLocal(t *testing.T) {
+	p := newPool(2)
+	f := pluginfleet.New(t, 2)
+	f.PodList = p.list
+	a := startWith(t, f, 0, p, `{"peerSyncerRef": "peer-syncer", "autoTune": false, "lruCapacityPerServer": 1}`)
+	b := startWith(t, f, 1, p, `{"peerSyncerRef": "peer-syncer", "autoTune": false, "lruCapacityPerServer": 4000}`)
+	for _, r := range []*replica{a, b} {
+		waitWarm(t, r)
+	}
+	pluginfleet.WaitConnected(t, connectedWithin, a.Replica, b.Replica)
+	b.route(t, prompt(5, 2000), 0)
+	a.route(t, prompt(6, 3), 0)
+	settled(t, []*replica{a, b})
+	st := b.sp.State()
+	if blocks := serverBlocks(b)["llm/vllm-0-rank-0"]; blocks != 2003 {
+		t.Errorf("B holds %d blocks of server 0, want its own 2,000 and A's 3 (a peer's capacity of 1 resized it)", blocks)
+	}
+	if st.CapacityConflicts == 0 {
+		t.Error("no capacity conflict counted")
+	}
+	for _, s := range st.Servers {
+		if s.Capacity != 4000 {
+			t.Errorf("server %s has capacity %d on B, want B's 4,000", s.Server, s.Capacity)
+		}
+	}
+	// A hostile peer that claims the largest capacity and floods: B's index stays
+	// within B's capacity.
+	for i := range 100 {
+		hashes := make([]uint64, 7000)
+		for j := range hashes {
+			hashes[j] = uint64(i*7000 + j + 1)
+		}
+		a.sp.PublishRaw(sharedprefix.RawPlacement("llm/vllm-1-rank-0", 1<<24, time.Now().UnixMicro(), hashes))
+	}
+	settled(t, []*replica{a, b})
+	if blocks := serverBlocks(b)["llm/vllm-1-rank-0"]; blocks > 4000 {
+		t.Errorf("B holds %d blocks of server 1 after a peer claimed capacity 2^24, over its own 4,000", blocks)
+	}
+}
+
+// TestAPlacementForANewServerIsHeld: a placement for a server the pool does not
+// list yet (a new server's first requests) is held, and merged once the pool lists
+// it; nothing is dropped.
+func TestAPlacementForANewServerIsHeld(t *testing.T) {
+	full, partial := newPool(4), newPool(3)
+	f := pluginfleet.New(t, 2)
+	f.PodList = full.list
+	a := start(t, f, 0, full)
+	f.PodList = partial.list
+	b := start(t, f, 1, partial)
+	waitWarm(t, a)
+	waitWarm(t, b)
+	pluginfleet.WaitConnected(t, connectedWithin, a.Replica, b.Replica)
+	conv := prompt(3, 8)
+	a.route(t, conv, 3)
+	wait.For(t, 5*time.Second, func() string {
+		if st := b.sp.State(); st.Held != 8 {
+			return fmt.Sprintf("B holds %d blocks aside, want the 8 for the new server", st.Held)
+		}
+		return ""
+	})
+	partial.set(4) // B's pool lists the new server
+	waitMatched(t, b, conv, 3, 8)
+	if st := b.sp.State(); st.Dropped != 0 || st.Held != 0 {
+		t.Errorf("B dropped %d placements and holds %d blocks, want none", st.Dropped, st.Held)
+	}
+}
+
+// TestHostilePlacementsAreBounded: an admitted peer that sends placements for
+// 100,000 made-up servers before this replica's pool is listed costs a bounded
+// few megabytes (it cost 345 MiB for 260,000 before): at most 1,024 servers are
+// held, the rest dropped; one that passes off snapshot blocks as live placements
+// (which skipped the rate limit while the replica was cold) adds nothing: both
+// are counted.
+func TestHostilePlacementsAreBounded(t *testing.T) {
+	defer sharedprefix.SetHoldFor(time.Second)()
+	listed := newPool(2)
+	unlisted := &pool{}
+	f := pluginfleet.New(t, 2)
+	f.PodList = listed.list
+	a := start(t, f, 0, listed)
+	f.PodList = unlisted.list
+	b := start(t, f, 1, unlisted)
+	waitWarm(t, a)
+	waitWarm(t, b)
+	pluginfleet.WaitConnected(t, connectedWithin, a.Replica, b.Replica)
+	before := heapAlloc()
+	for i := range 100_000 {
+		a.sp.PublishRaw(sharedprefix.RawPlacement(fmt.Sprintf("made-up/server-%d", i), 1, time.Now().UnixMicro(), []uint64{uint64(i + 1)}))
+	}
+	settled(t, []*replica{a, b})
+	grew := int64(heapAlloc()) - int64(before)
+	st := b.sp.State()
+	t.Logf("100,000 placements for made-up servers: %d held, %d dropped, heap +%.1f MiB", st.Held, st.Dropped, float64(grew)/(1<<20))
+	if st.Held > 1024 || st.Dropped+uint64(st.HeldPlacements) != 100_000 || st.Blocks != 0 {
+		t.Errorf("B holds %d blocks, dropped %d and indexes %d: want at most 1,024 servers held, the rest dropped", st.Held, st.Dropped, st.Blocks)
+	}
+	if grew > 16<<20 {
+		t.Errorf("the heap grew %d MiB", grew>>20)
+	}
+
+	// The pool is listed; what was held for the made-up servers is dropped after the
+	// hold time.
+	unlisted.set(2)
+	wait.For(t, 10*time.Second, func() string {
+		if st := b.sp.State(); st.Held != 0 || st.Dropped != 100_000 {
+			return fmt.Sprintf("B holds %d blocks and dropped %d placements, want none held and all dropped", st.Held, st.Dropped)
+		}
+		return ""
+	})
+	received := b.sp.State().Received
+	a.sp.PublishRaw(sharedprefix.RawSnapshotPlacement("llm/vllm-0-rank-0", []uint64{1, 2, 3}))
+	a.sp.PublishRaw(sharedprefix.RawPlacement("llm/vllm-0-rank-0", 1, 0, []uint64{4, 5}))
+	a.route(t, prompt(9, 2), 0) // a barrier
+	waitMatched(t, b, prompt(9, 2), 0, 2)
+	if st := b.sp.State(); st.Blocks != 2 || st.Received != received+1 {
+		t.Errorf("B indexes %d blocks and merged %d more placements: a snapshot's blocks passed off as live were taken", st.Blocks, st.Received-received)
+	}
+}
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
