@@ -265,7 +265,7 @@ func TestPlacementRoundTripAndBounds(t *testing.T) {
 		"too many touched": appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1, ops: []op{
 			{kind: opTouch, ref: 1, n: maxTouchPerMessage}, {kind: opTouch, ref: 2, n: 1}}}),
 		"an empty add":    appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1, ops: []op{{kind: opAdd}}}),
-		"an unknown op":   append(appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1})[:8], 1, 9),
+		"an unknown op":   append(appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1})[:5], 1, 9),
 		"ops beyond data": binary.AppendUvarint(appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1})[:len(appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1}))-1], 5),
 	}
 	for name, b := range bad {
