@@ -111,6 +111,7 @@ type Plugin struct {
 	typedName fwkplugin.TypedName
 	s         *peersync.Syncer
 	handle    fwkplugin.Handle
+	pd        *peerdiscovery.Plugin
 }
 
 func parseParameters(parameters *json.Decoder) (Parameters, error) {
@@ -209,7 +210,7 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 		l.Close()
 		return nil, fmt.Errorf("%s: %w", Type, err)
 	}
-	plugin := &Plugin{typedName: fwkplugin.TypedName{Type: Type, Name: name}, s: s, handle: handle}
+	plugin := &Plugin{typedName: fwkplugin.TypedName{Type: Type, Name: name}, s: s, handle: handle, pd: pd}
 	pd.HandleDebug("/debug/peer-sync", plugin)
 	ctx := handle.Context()
 	if ctx == nil {
@@ -259,6 +260,11 @@ func (p *Plugin) Delete(_ context.Context, key fwkdl.StateKey, endpointID string
 
 // Syncer is the syncer behind the plugin.
 func (p *Plugin) Syncer() *peersync.Syncer { return p.s }
+
+// HandleDebug serves h at path on the discovery plugin's debugAddress, beside
+// /debug/peers and /debug/peer-sync (a plugin built on this syncer shows its state
+// there).
+func (p *Plugin) HandleDebug(path string, h http.Handler) { p.pd.HandleDebug(path, h) }
 
 // learnAggregates gives the document the aggregates of the EPP's contributors.
 func (p *Plugin) learnAggregates() {

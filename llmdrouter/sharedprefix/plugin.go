@@ -40,6 +40,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 	"sort"
 	"sync"
@@ -236,6 +237,7 @@ func Factory(name string, raw *json.Decoder, handle fwkplugin.Handle) (fwkplugin
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Type, err)
 	}
+	ps.HandleDebug(DebugPath(name), http.HandlerFunc(pl.serveState))
 	go pl.followPool(ctx, handle)
 	go func() {
 		select {
@@ -250,6 +252,23 @@ func Factory(name string, raw *json.Decoder, handle fwkplugin.Handle) (fwkplugin
 // BroadcastName is the name of the placements' broadcast of the plugin named name:
 // the same on every replica of one configuration.
 func BroadcastName(name string) string { return "prefix/" + name }
+
+// DebugPath is where the plugin named name serves its state (State, as JSON) on the
+// discovery plugin's debugAddress, beside /debug/peers: without the metrics port's
+// authentication, as the rest of that address. The same document is in the EPP's
+// /debug/plugins/state.
+func DebugPath(name string) string { return "/debug/shared-prefix/" + name }
+
+func (p *Plugin) serveState(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	b, _ := p.DumpState()
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(append(b, '\n'))
+}
 
 // TypedName implements fwkplugin.Plugin.
 func (p *Plugin) TypedName() fwkplugin.TypedName { return p.typedName }
@@ -700,8 +719,8 @@ func (p *Plugin) State() Index {
 	return out
 }
 
-// DumpState implements fwkplugin.StateDumper (/debug/plugins/state): block counts
-// per server, never the hashes.
+// DumpState implements fwkplugin.StateDumper (/debug/plugins/state, and DebugPath):
+// block counts and digests per server, never the hashes.
 func (p *Plugin) DumpState() (json.RawMessage, error) { return json.Marshal(p.State()) }
 
 // WaitRecorded waits until the decisions made so far are in the index (tests).
