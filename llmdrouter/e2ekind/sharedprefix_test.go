@@ -17,6 +17,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/kindnode"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/sharedprefix"
 )
 
 // sharedPrefixValues turns the shared prefix index on:
@@ -161,16 +162,27 @@ func TestSharedPrefixIndexOnKind(t *testing.T) {
 		follow("shared index", conv, names[(conv+2)%3])
 	}
 
-	// A's pushes dropped in its node: B's and C's decisions still reach each other;
-	// once the rule is gone, A's reach them again.
+	// A's pushes dropped in its node for longer than the TTL, while every replica
+	// routes: B's and C's decisions still reach each other; once the rule is gone,
+	// what A decided meanwhile reaches them (resent, or a resync), and the three
+	// indexes hold the same blocks again.
 	a, b, cc := pods[0], names[1], names[2]
+	agree(t, "before the pushes are dropped", 60*time.Second, debug)
 	restore := kindnode.InsertRule(t, a.Spec.NodeName, "FORWARD", "-s", a.Status.PodIP+"/32", "-p", "tcp", "--dport", "9005", "-j", "DROP")
 	begin(100, b)
 	follow("A's pushes dropped", 100, cc)
+	for conv := 110; conv < 116; conv++ {
+		begin(conv, names[conv%3])
+	}
+	time.Sleep(3 * time.Second) // past the TTL (3 × 200 ms): the connections break
 	if err := restore(); err != nil {
 		t.Fatal(err)
 	}
-	waitLoads(t, "A's pushes flow again", 30*time.Second, debug, map[string]int64{ids[0]: 0, ids[1]: 0})
+	took := agree(t, "after A's pushes flow again", 60*time.Second, debug)
+	t.Logf("the indexes agree %v after the rule was removed", took.Round(time.Millisecond))
+	for conv := 110; conv < 116; conv++ {
+		follow("after A's pushes were dropped", conv, names[(conv+1)%3])
+	}
 	begin(101, a.Name)
 	follow("A's pushes flow again", 101, b)
 	follow("A's pushes flow again", 101, cc)
@@ -197,6 +209,37 @@ func TestSharedPrefixIndexOnKind(t *testing.T) {
 	for conv := range 9 {
 		follow("a replica restarted", conv, fresh)
 	}
+}
+
+// agree waits until the replicas at the debug addresses hold the same blocks in
+// their shared index (the digests of /debug/shared-prefix/shared-prefix agree,
+// with blocks), and returns how long it took.
+func agree(t *testing.T, step string, within time.Duration, debug map[string]string) time.Duration {
+	t.Helper()
+	return wait.ForEvery(t, within, 100*time.Millisecond, func() string {
+		var got []string
+		digests := map[string]bool{}
+		for pod, addr := range debug {
+			resp, err := client.Get("http://" + addr + sharedprefix.DebugPath("shared-prefix"))
+			if err != nil {
+				return fmt.Sprintf("%s: %s: %v", step, pod, err)
+			}
+			var st sharedprefix.Index
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if err != nil {
+				return fmt.Sprintf("%s: %s: %v", step, pod, err)
+			}
+			digests[fmt.Sprintf("%d/%s", st.Blocks, st.Digest)] = st.Blocks > 0
+			got = append(got, fmt.Sprintf("%s %d blocks %s", pod, st.Blocks, st.Digest))
+		}
+		for _, some := range digests {
+			if len(digests) == 1 && some {
+				return ""
+			}
+		}
+		return fmt.Sprintf("%s: the indexes differ: %s", step, strings.Join(got, "; "))
+	})
 }
 
 // eppPods3 is eppPods that waits for three ready pods (a deleted one is replaced).
