@@ -180,6 +180,7 @@ func (b *bench) report(took time.Duration) rendered {
 	}
 	sb.WriteString(b.costTable())
 	sb.WriteString(b.targets())
+	sb.WriteString(b.faultTable())
 	sb.WriteString(b.restartTable())
 	return rendered{markdown: sb.String(), svg: plot(panels, b.o.replicas)}
 }

@@ -55,6 +55,12 @@ type runOptions struct {
 	restartSeeds    int
 	// restartBaselines also run the restart's workload without a restart.
 	restartBaselines []string
+	// faultConfigs also run through faults (faultKinds) of one of faultReplicas
+	// replicas, faultSeeds times each (see faults).
+	faultConfigs  []string
+	faultKinds    []string
+	faultReplicas int
+	faultSeeds    int
 }
 
 // seedsOf are the seeds configuration c runs.
@@ -63,6 +69,11 @@ func (o runOptions) seedsOf(c configuration) []uint64 {
 		return o.seeds[:min(len(o.seeds), o.controlSeeds)]
 	}
 	return o.seeds
+}
+
+// faulted says whether configuration c with n replicas also runs through faults.
+func (o runOptions) faulted(c configuration, n int) bool {
+	return !c.single && n == o.faultReplicas && slices.Contains(o.faultConfigs, c.name) && o.faultSeeds > 0 && len(o.faultKinds) > 0
 }
 
 // restarts says whether configuration c with n replicas also runs through a
@@ -90,6 +101,10 @@ func parseRunOptions(args []string) (runOptions, error) {
 	fs.IntVar(&o.restartReplicas, "restart-replicas", 3, "replicas of the rolling restart runs (one of --replicas)")
 	fs.IntVar(&o.restartSeeds, "restart-seeds", 1, "rolling restart runs per configuration (seeds 1, 2, ...)")
 	baselines := fs.String("restart-baseline", "shared-index", "configurations (of --restart) that also run each rolling restart's workload without a restart, split at the same times (\"\": none)")
+	faults := fs.String("faults", "shared-index", "configurations (of --configs, sharing the index) that also run the multi-turn workload that fits through each fault of --fault-kinds (\"\": none)")
+	faultKindsFlag := fs.String("fault-kinds", strings.Join(faultKinds, ","), "faults of the fault runs: freeze (SIGSTOP past the TTL), reset (ss -K of its peer-sync connections), kill (SIGKILL, then started again)")
+	fs.IntVar(&o.faultReplicas, "fault-replicas", 3, "replicas of the fault runs (one of --replicas)")
+	fs.IntVar(&o.faultSeeds, "fault-seeds", 1, "runs per fault (seeds 1, 2, ...), each with its baseline")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	kinds := fs.String("workloads", "multi-turn,shared-prefix", "workloads: multi-turn, shared-prefix")
 	sizes := fs.String("sizes", "fits,exceeds", "sizes: fits (the working set fits the fleet's KV caches), exceeds")
@@ -124,6 +139,20 @@ func parseRunOptions(args []string) (runOptions, error) {
 			return o, fmt.Errorf("--restart: %s has one replica, none to restart one at a time", name)
 		}
 		o.restartConfigs = append(o.restartConfigs, name)
+	}
+	for _, name := range splitList(*faults) {
+		c, err := configurationNamed(name)
+		if err != nil {
+			return o, fmt.Errorf("--faults: %w", err)
+		}
+		if !c.sharesIndex {
+			return o, fmt.Errorf("--faults: %s does not share the index: the fault runs compare the replicas' indexes", name)
+		}
+		o.faultConfigs = append(o.faultConfigs, name)
+	}
+	o.faultKinds = splitList(*faultKindsFlag)
+	if err := validFaults(o.faultKinds); err != nil {
+		return o, fmt.Errorf("--fault-kinds: %w", err)
 	}
 	for _, name := range splitList(*baselines) {
 		if _, err := configurationNamed(name); err != nil {
@@ -167,6 +196,10 @@ func parseRunOptions(args []string) (runOptions, error) {
 		return o, errors.New("--configs, --workloads and --sizes: want at least one each")
 	case o.restartSeeds < 0:
 		return o, fmt.Errorf("--restart-seeds=%d: want 0 or more", o.restartSeeds)
+	case o.faultSeeds < 0:
+		return o, fmt.Errorf("--fault-seeds=%d: want 0 or more", o.faultSeeds)
+	case len(o.faultConfigs) > 0 && o.faultSeeds > 0 && !slices.Contains(o.replicas, o.faultReplicas):
+		return o, fmt.Errorf("--fault-replicas=%d: want one of --replicas=%s, or --faults=\"\"", o.faultReplicas, *replicas)
 	case len(o.restartConfigs) > 0 && o.restartSeeds > 0 && !slices.Contains(o.replicas, o.restartReplicas):
 		return o, fmt.Errorf("--restart-replicas=%d: want one of --replicas=%s (the rolling restart runs on those replicas after their runs), or --restart=\"\"", o.restartReplicas, *replicas)
 	}
@@ -227,7 +260,9 @@ type bench struct {
 	footprints []footprint
 	// restarts are the runs through a rolling restart.
 	restarts []restartResult
-	logf     func(format string, args ...any)
+	// faultResults are the runs through faults, each followed by its baseline.
+	faultResults []faultResult
+	logf         func(format string, args ...any)
 }
 
 type refKey struct {
@@ -370,6 +405,11 @@ func (b *bench) runConfiguration(c configuration, n int) error {
 	}
 	b.footprints = append(b.footprints, fp)
 	b.logf("%s × %d: %s", c.title, n, fp.summary())
+	if b.o.faulted(c, n) {
+		if err := b.faults(c, ns, home, procs); err != nil {
+			return err
+		}
+	}
 	if b.o.restarts(c, n) {
 		return b.rollingRestarts(c, ns, home, procs)
 	}
