@@ -35,7 +35,7 @@ var (
 	}, []string{Label})
 	placementBytes = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "epp_shared_prefix_placement_bytes",
-		Help:    "Bytes of a placement published to the peers: the server, and 8 bytes per block hash new to it.",
+		Help:    "Bytes of a placement published to the peers: the server, 8 bytes per block hash new to it, and 10 for the touch of the blocks it held already.",
 		Buckets: prometheus.ExponentialBuckets(32, 2, 12),
 	}, []string{Label})
 	propagation = prometheus.NewHistogramVec(prometheus.HistogramOpts{
