@@ -174,6 +174,8 @@ type keyState struct {
 
 	index   uint64 // for the wire (guarded by Syncer.mu until defined, then the push loop's)
 	defined bool   // push loop
+
+	live atomic.Pointer[func(endpoint string) any] // this replica's value read at Get (SetLocalReader)
 }
 
 // slot holds one (key, endpoint): this replica's value and each peer's, by the
@@ -449,11 +451,21 @@ func (s *Syncer) Delete(key, endpoint string) {
 	s.mu.Unlock()
 }
 
+// SetLocalReader makes Get take this replica's own value of key from read (called
+// with the endpoint at each Get), in place of the value last Set: a replica sees its
+// own latest decisions at once, as without a syncer, while its peers get the value
+// once per interval. A nil from read falls back to the value last Set. Every value
+// read must be of the type Set gives the key.
+func (s *Syncer) SetLocalReader(key string, read func(endpoint string) any) {
+	s.keyFor(key, true).live.Store(&read)
+}
+
 // Get folds this replica's value of (key, endpoint) and each live peer's with
 // aggregate, which must not keep or modify the slice (it is reused) or its values.
 // It reports false when no replica has a value. Peers' values are decoded as the
 // type of this replica's values of the key when they arrive: until this replica has
-// set one, only its own count. A nil aggregate returns this replica's value.
+// set one, only its own count. A nil aggregate returns this replica's value. This
+// replica's value is the one last Set, or the one its SetLocalReader reads now.
 //
 // Get takes no lock and decodes nothing: it loads one pointer per peer.
 func (s *Syncer) Get(key, endpoint string, aggregate func([]any) any) (any, bool) {
@@ -461,12 +473,18 @@ func (s *Syncer) Get(key, endpoint string, aggregate func([]any) any) (any, bool
 	if !ok {
 		return nil, false
 	}
-	v, ok := kv.(*keyState).slots.Load(endpoint)
+	ks := kv.(*keyState)
+	v, ok := ks.slots.Load(endpoint)
 	if !ok {
 		return nil, false
 	}
 	sl := v.(*slot)
 	local := sl.local.Load()
+	if read := ks.live.Load(); read != nil && local != nil {
+		if v := (*read)(endpoint); v != nil {
+			local = v
+		}
+	}
 	if aggregate == nil {
 		return local, local != nil
 	}

@@ -29,6 +29,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -112,6 +113,7 @@ type Plugin struct {
 	s         *peersync.Syncer
 	handle    fwkplugin.Handle
 	pd        *peerdiscovery.Plugin
+	live      sync.Once // the contributors' live values, learned at the first Get
 }
 
 func parseParameters(parameters *json.Decoder) (Parameters, error) {
@@ -245,10 +247,32 @@ func (p *Plugin) Set(_ context.Context, key fwkdl.StateKey, endpointID string, v
 }
 
 // Get implements fwkdl.CrossReplicaSyncer: aggregate over this replica's value and
-// every live peer's latest one, decoded as the type of this replica's.
+// every live peer's latest one, decoded as the type of this replica's. This
+// replica's value is its contributor's live one (its Supply, read now), not the one
+// the runtime Set at the last interval: without a syncer the runtime reads the live
+// value, and a replica must not be blind to its own decisions of the last 200 ms
+// (active-request-scorer would see none of its own requests sent meanwhile).
 func (p *Plugin) Get(_ context.Context, key fwkdl.StateKey, endpointID string, aggregate func([]any) any) (any, bool, error) {
+	p.live.Do(p.learnLive)
 	v, ok := p.s.Get(string(key), endpointID, aggregate)
 	return v, ok, nil
+}
+
+// learnLive gives the syncer each contributor's live value (the EPP's plugins are
+// all built by the first Get).
+func (p *Plugin) learnLive() {
+	for _, pl := range p.handle.GetAllPlugins() {
+		c, ok := pl.(fwkdl.CrossReplicaContributor)
+		if !ok {
+			continue
+		}
+		spec := c.CrossReplicaState()
+		if spec.SyncDisabled || spec.Supply == nil {
+			continue
+		}
+		supply := spec.Supply
+		p.s.SetLocalReader(string(spec.StateKey), func(endpoint string) any { return supply(endpoint)() })
+	}
 }
 
 // Delete implements fwkdl.CrossReplicaSyncer: the value goes here and, with the

@@ -11,7 +11,10 @@ import (
 
 	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
+	"github.com/llm-d/llm-d-router/pkg/epp/framework/interface/requestcontrol"
+	fwksched "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/scheduling"
 	attrconcurrency "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/attribute/concurrency"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
@@ -47,13 +50,40 @@ func startReplicas(t *testing.T, n int, syncerParams string) []*eppReplica {
 }
 
 // publish does what llm-d-router's cross-replica publisher does each interval: Set
-// the contributor's fresh local snapshot of the endpoint.
-func (r *eppReplica) publish(t *testing.T, endpoint string, requests int64) {
+// the contributor's fresh local snapshot of the endpoint (its Supply).
+func (r *eppReplica) publish(t *testing.T, endpoint string) {
 	t.Helper()
 	spec := r.Inflight.CrossReplicaState()
-	v := &attrconcurrency.InFlightLoad{Requests: requests, Tokens: 10 * requests}
-	if err := r.Syncer.Set(context.Background(), spec.StateKey, endpoint, fwkdl.Cloneable(v)); err != nil {
+	if err := r.Syncer.Set(context.Background(), spec.StateKey, endpoint, spec.Supply(endpoint)()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+var requestIDs int
+
+// send counts requests to endpoint (namespace/name) in r's in-flight producer, as
+// the EPP does when it picks the endpoint (PreRequest), and returns them.
+func (r *eppReplica) send(t *testing.T, endpoint string, requests int) []*fwksched.InferenceRequest {
+	t.Helper()
+	ns, name, _ := strings.Cut(endpoint, "/")
+	ep := fwksched.NewEndpoint(&fwkdl.EndpointMetadata{ID: types.NamespacedName{Namespace: ns, Name: name}, Name: name}, &fwkdl.Metrics{}, nil)
+	var out []*fwksched.InferenceRequest
+	for range requests {
+		requestIDs++
+		res := &fwksched.SchedulingResult{PrimaryProfileName: "default", ProfileResults: map[string]*fwksched.ProfileRunResult{"default": {TargetEndpoints: []fwksched.Endpoint{ep}}}}
+		req := &fwksched.InferenceRequest{RequestID: fmt.Sprintf("req-%d", requestIDs), TargetModel: "m", SchedulingResult: res}
+		if err := r.Inflight.PreRequest(context.Background(), req, res); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, req)
+	}
+	return out
+}
+
+// end ends the requests, as the EPP does at the end of their responses.
+func (r *eppReplica) end(reqs []*fwksched.InferenceRequest) {
+	for _, req := range reqs {
+		r.Inflight.ResponseBody(context.Background(), req, &requestcontrol.Response{EndOfStream: true}, nil)
 	}
 }
 
@@ -92,11 +122,17 @@ func waitLoad(t *testing.T, rs []*eppReplica, endpoint string, want int64) {
 func TestInFlightLoadIsSummedAcrossReplicas(t *testing.T) {
 	rs := startReplicas(t, 3, `{"peerDiscoveryRef": "peer-discovery", "interval": "50ms"}`)
 	const ep = "llm/vllm-0"
+	var first []*fwksched.InferenceRequest
 	for i, r := range rs {
-		r.publish(t, ep, int64(i+1))
+		reqs := r.send(t, ep, i+1)
+		if i == 0 {
+			first = reqs
+		}
+		r.publish(t, ep)
 	}
 	waitLoad(t, rs, ep, 6)
-	rs[0].publish(t, ep, 0)
+	rs[0].end(first)
+	rs[0].publish(t, ep)
 	waitLoad(t, rs, ep, 5)
 	// Delete on replica 2 (the endpoint left its datastore): its share goes everywhere.
 	if err := rs[2].Syncer.Delete(context.Background(), rs[2].Inflight.CrossReplicaState().StateKey, ep); err != nil {
@@ -122,12 +158,38 @@ func TestInFlightLoadIsSummedAcrossReplicas(t *testing.T) {
 		t.Fatalf("keys: %+v", doc.Keys)
 	}
 	var agg attrconcurrency.InFlightLoad
-	if err := json.Unmarshal(doc.Keys[0].Endpoints[0].Aggregate, &agg); err != nil || agg.Requests != 2 || agg.Tokens != 20 {
-		t.Fatalf("aggregate of %s: %s (%v), want 2 requests and 20 tokens", ep, doc.Keys[0].Endpoints[0].Aggregate, err)
+	if err := json.Unmarshal(doc.Keys[0].Endpoints[0].Aggregate, &agg); err != nil || agg.Requests != 2 {
+		t.Fatalf("aggregate of %s: %s (%v), want 2 requests", ep, doc.Keys[0].Endpoints[0].Aggregate, err)
 	}
 	if got := len(doc.Keys[0].Endpoints[0].Values); got != 2 {
 		t.Fatalf("values of %s: %d, want 2 (self and epp-1; epp-2 deleted it)", ep, got)
 	}
+}
+
+// TestOwnLoadIsReadLive: a request routed through a replica counts in that
+// replica's own in-flight load at once, as it does without a syncer, not at the
+// runtime's next Set (up to an interval later: 800 ms of a simulated server's
+// time in the routing bench, about one request's life); the peers' values are
+// added as of their last push. Before, a replica read its own value as of its last
+// Set, blind to what it had just sent.
+func TestOwnLoadIsReadLive(t *testing.T) {
+	rs := startReplicas(t, 2, `{"peerDiscoveryRef": "peer-discovery", "interval": "1s"}`)
+	const ep = "llm/vllm-0"
+	rs[1].send(t, ep, 2)
+	for _, r := range rs {
+		r.publish(t, ep)
+	}
+	waitLoad(t, rs, ep, 2)
+	reqs := rs[0].send(t, ep, 3)
+	if got, _ := rs[0].load(ep); got != 5 {
+		t.Errorf("just after 3 requests routed through it, the replica reads %d in flight, want 5 (its own 3 at once, its peer's 2)", got)
+	}
+	rs[0].end(reqs[:1])
+	if got, _ := rs[0].load(ep); got != 4 {
+		t.Errorf("just after one of them ended, the replica reads %d in flight, want 4", got)
+	}
+	rs[0].publish(t, ep) // the runtime's next interval: the peer gets the 2
+	waitLoad(t, rs[1:], ep, 4)
 }
 
 // TestParametersAreChecked: what cannot work is refused at start-up, naming the
