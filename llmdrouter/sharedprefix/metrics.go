@@ -40,8 +40,8 @@ var (
 	}, []string{Label})
 	propagation = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "epp_shared_prefix_propagation_seconds",
-		Help:    "From a peer's routing decision to its placement in this replica's index (by the two replicas' clocks).",
-		Buckets: prometheus.ExponentialBuckets(0.001, 2, 12),
+		Help:    "From a peer's routing decision to its placement in this replica's index (by the two replicas' clocks); buckets of 5 ms from 10 to 50 ms, where the 50 ms target is decided.",
+		Buckets: []float64{0.001, 0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.045, 0.050, 0.060, 0.080, 0.100, 0.250, 0.500, 1, 2},
 	}, []string{Label})
 	dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_shared_prefix_dropped_total",
