@@ -13,8 +13,10 @@ type configuration struct {
 	title string
 	// single: only ever one replica (the ideal every other is measured against).
 	single bool
-	// control: a configuration the shared index is compared with, run with
-	// --control-seeds seeds (fewer, to keep the full bench within its time).
+	// control: a configuration the headline rows are compared with to tell their
+	// causes apart, run with --control-seeds seeds (fewer, to keep the full bench
+	// within its time); the others (one replica, the shared index on either
+	// profile) run --seeds.
 	control bool
 	// syncs: the replicas run peer-syncer (ready when every peer is in sync).
 	syncs bool
@@ -126,12 +128,30 @@ var configurations = []configuration{
 		config: func(r *eppreplica.Replica) string { return defaultProfile(upstreamPrefixScorer, discovery(r), "", "") },
 	},
 	{
+		// A control for the shared index: one replica with it (no peer: the index
+		// is this project's implementation, not upstream's), so that the index's
+		// own routing can be told from the effect of sharing it.
+		name: "single-shared", title: "one replica + shared prefix index (control)", single: true, control: true, sharesIndex: true,
+		config: func(r *eppreplica.Replica) string {
+			return defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncerOnly, "", peerSyncerDataLayer)
+		},
+	},
+	{
 		// A control for the configurations with active-request-scorer (peer,
 		// shared-index): one replica with their profile, so that what the scorer
 		// costs one replica can be told from what active-active costs.
 		name: "single-active", title: "one replica + active-request-scorer (control)", single: true, control: true,
 		config: func(r *eppreplica.Replica) string {
 			return defaultProfile(upstreamPrefixScorer, discovery(r)+"  - type: active-request-scorer\n", activeRequestScorer, "")
+		},
+	},
+	{
+		// single-active with peer-syncer (no peer): the scorer reads its in-flight
+		// load through the syncer, as the state-sync profile does; it must match
+		// single-active, which reads it live.
+		name: "single-peer", title: "one replica + peer-syncer + active-request-scorer (control)", single: true, control: true, syncs: true,
+		config: func(r *eppreplica.Replica) string {
+			return defaultProfile(upstreamPrefixScorer, discovery(r)+peerSyncer, activeRequestScorer, peerSyncerDataLayer)
 		},
 	},
 	{
@@ -159,11 +179,10 @@ var configurations = []configuration{
 		},
 	},
 	{
-		// A control for shared-index: the shared index on upstream's default
-		// profile (peer-syncer carries it; no active-request-scorer), so that the
-		// index's part and the scorer's part of shared-index's figures can be told
-		// apart. Not in the default set.
-		name: "shared-index-default", title: "shared prefix index, default profile (control)", syncs: true, sharesIndex: true, control: true,
+		// The shared index on upstream's default profile (peer-syncer carries it;
+		// no active-request-scorer): what a user of upstream's profile gets, and the
+		// index's part of shared-index's figures without the scorer's.
+		name: "shared-index-default", title: "shared prefix index, default profile", syncs: true, sharesIndex: true,
 		config: func(r *eppreplica.Replica) string {
 			return defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncerOnly, "", peerSyncerDataLayer)
 		},

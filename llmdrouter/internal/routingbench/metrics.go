@@ -26,11 +26,13 @@ type replicaMetrics struct {
 	// propagation: epp_shared_prefix_propagation_seconds, one observation per
 	// peer's placement merged.
 	propagation histogram
-	// merged: epp_shared_prefix_placements_total by origin (local, peer, snapshot).
+	// merged: epp_shared_prefix_placements_total by origin (local, peer, resent,
+	// snapshot, resync).
 	merged map[string]float64
 	// dropped: epp_shared_prefix_dropped_total, every reason; notInPool: of
-	// reason not-in-pool.
+	// reason not-in-pool; droppedBy: by reason.
 	dropped, notInPool float64
+	droppedBy          map[string]float64
 	// blocks: epp_shared_prefix_index_blocks.
 	blocks float64
 	// warm, warmSeconds: epp_peer_sync_broadcast_warm and _warm_seconds of the
@@ -110,10 +112,15 @@ func (m replicaMetrics) add(o replicaMetrics) replicaMetrics {
 	out.sentBytes += o.sentBytes
 	out.placementBytes = m.placementBytes.add(o.placementBytes)
 	out.propagation = m.propagation.add(o.propagation)
-	out.merged = map[string]float64{}
+	out.merged, out.droppedBy = map[string]float64{}, map[string]float64{}
 	for _, from := range []map[string]float64{m.merged, o.merged} {
 		for k, v := range from {
 			out.merged[k] += v
+		}
+	}
+	for _, from := range []map[string]float64{m.droppedBy, o.droppedBy} {
+		for k, v := range from {
+			out.droppedBy[k] += v
 		}
 	}
 	out.dropped += o.dropped
@@ -125,16 +132,19 @@ func (m replicaMetrics) add(o replicaMetrics) replicaMetrics {
 // histograms; gauges are m's).
 func (m replicaMetrics) sub(o replicaMetrics) replicaMetrics {
 	neg := replicaMetrics{sentBytes: -o.sentBytes, placementBytes: o.placementBytes.scaled(-1), propagation: o.propagation.scaled(-1),
-		merged: map[string]float64{}, dropped: -o.dropped, notInPool: -o.notInPool}
+		merged: map[string]float64{}, dropped: -o.dropped, notInPool: -o.notInPool, droppedBy: map[string]float64{}}
 	for k, v := range o.merged {
 		neg.merged[k] = -v
+	}
+	for k, v := range o.droppedBy {
+		neg.droppedBy[k] = -v
 	}
 	return m.add(neg)
 }
 
 // scrapeMetrics reads the replica's /metrics at addr (127.0.0.1:port).
 func scrapeMetrics(addr string) (replicaMetrics, error) {
-	m := replicaMetrics{merged: map[string]float64{}}
+	m := replicaMetrics{merged: map[string]float64{}, droppedBy: map[string]float64{}}
 	resp, err := httpClient.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return m, err
@@ -167,6 +177,7 @@ func scrapeMetrics(addr string) (replicaMetrics, error) {
 				m.merged[labels["origin"]] += s.GetCounter().GetValue()
 			case name == "epp_shared_prefix_dropped_total" && ours:
 				m.dropped += s.GetCounter().GetValue()
+				m.droppedBy[labels["reason"]] += s.GetCounter().GetValue()
 				if labels["reason"] == "not-in-pool" {
 					m.notInPool += s.GetCounter().GetValue()
 				}
@@ -219,3 +230,6 @@ func memoryOf(procs []*eppProc) (rss, peak []int64, err error) {
 	}
 	return rss, peak, nil
 }
+
+// reached is the peers' placements merged: live or resent after a gap.
+func (m replicaMetrics) reached() float64 { return m.merged["peer"] + m.merged["resent"] }

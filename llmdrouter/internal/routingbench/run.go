@@ -38,14 +38,18 @@ type runOptions struct {
 	kinds    []workload.Kind
 	sizes    []string
 	seeds    []uint64
-	// controlSeeds bounds the seeds of the control configurations.
+	// controlSeeds bounds the seeds of the control configurations, and
+	// controlKinds their workloads.
 	controlSeeds int
+	controlKinds []workload.Kind
 	servers      int
 	sim          modelsimFlags
 	scale        float64
 	write        string
+	quote        []string
 	plot         string
 	smoke        bool
+	quick        bool
 	epp          string
 	timeout      time.Duration
 	// restartConfigs also run through a rolling restart of restartReplicas
@@ -96,7 +100,7 @@ func parseRunOptions(args []string) (runOptions, error) {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var o runOptions
 	o.sim.register(fs, benchCapacity)
-	configs := fs.String("configs", "single,single-active,local,peer,shared-index", "configurations, in order: single (one replica), single-active (one replica with peer's profile: a control), local (LocalSyncer), local-active (LocalSyncer with peer's profile: a control), peer (peer-syncer), shared-index-default (the shared prefix index on the default profile: a control), shared-index (peer and the shared prefix index)")
+	configs := fs.String("configs", "single,single-shared,single-active,single-peer,local,shared-index-default,shared-index", "configurations, in order: single (one replica), single-shared (one replica with the shared index: a control), single-active (one replica with peer's profile: a control), single-peer (single-active with peer-syncer: a control), local (LocalSyncer), local-active (LocalSyncer with peer's profile: a control), peer (peer-syncer), shared-index-default (the shared prefix index on the default profile), shared-index (peer and the shared prefix index)")
 	restart := fs.String("restart", "local,peer,shared-index", "configurations (of --configs) that also run the multi-turn workload that fits through a rolling restart of their replicas (\"\": none)")
 	fs.IntVar(&o.restartReplicas, "restart-replicas", 3, "replicas of the rolling restart runs (one of --replicas)")
 	fs.IntVar(&o.restartSeeds, "restart-seeds", 1, "rolling restart runs per configuration (seeds 1, 2, ...)")
@@ -108,11 +112,14 @@ func parseRunOptions(args []string) (runOptions, error) {
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	kinds := fs.String("workloads", "multi-turn,shared-prefix", "workloads: multi-turn, shared-prefix")
 	sizes := fs.String("sizes", "fits,exceeds", "sizes: fits (the working set fits the fleet's KV caches), exceeds")
-	seeds := fs.Int("seeds", 3, "seeds per workload (1, 2, ...)")
-	fs.IntVar(&o.controlSeeds, "control-seeds", 2, "seeds per workload of the control configurations (single-active, local, local-active, peer), at most --seeds")
+	seeds := fs.Int("seeds", 5, "seeds per workload (1, 2, ...) of one replica and the shared index (the headline rows)")
+	fs.IntVar(&o.controlSeeds, "control-seeds", 2, "seeds per workload of the control configurations (single-shared, single-active, single-peer, local, local-active, peer), at most --seeds")
+	controlKinds := fs.String("control-workloads", "multi-turn", "workloads of the control configurations (of --workloads)")
+	fs.BoolVar(&o.quick, "quick", false, "a quick set for iteration: 2 seeds (1 for the controls), no rolling restart; the published section says so")
 	fs.IntVar(&o.servers, "servers", 8, "simulated model servers")
 	fs.Float64Var(&o.scale, "scale", 1, "multiplies every workload's number of sessions or requests")
 	fs.StringVar(&o.write, "write", "", "write the tables into this markdown file, between the routing-bench markers")
+	quote := fs.String("quote", "", "with --write, write the headline also into these markdown files (comma-separated), between the routing-headline markers")
 	fs.StringVar(&o.plot, "plot", "", "write the plot (SVG) to this file")
 	fs.BoolVar(&o.smoke, "smoke", false, "fail unless every request was routed and answered, the servers' token counts match the generator's, one replica's hit rate is above halfway from prefix-blind routing's to the ceiling, and (with the shared index) every placement reached every peer")
 	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
@@ -140,6 +147,7 @@ func parseRunOptions(args []string) (runOptions, error) {
 		}
 		o.restartConfigs = append(o.restartConfigs, name)
 	}
+	o.quote = splitList(*quote)
 	for _, name := range splitList(*faults) {
 		c, err := configurationNamed(name)
 		if err != nil {
@@ -173,11 +181,20 @@ func parseRunOptions(args []string) (runOptions, error) {
 		}
 		o.kinds = append(o.kinds, workload.Kind(k))
 	}
+	for _, k := range splitList(*controlKinds) {
+		if !slices.Contains(o.kinds, workload.Kind(k)) {
+			return o, fmt.Errorf("--control-workloads: %q is not one of --workloads=%s", k, *kinds)
+		}
+		o.controlKinds = append(o.controlKinds, workload.Kind(k))
+	}
 	for _, s := range splitList(*sizes) {
 		if s != sizeFits && s != sizeExceeds {
 			return o, fmt.Errorf("--sizes: unknown size %q: want %s or %s", s, sizeFits, sizeExceeds)
 		}
 		o.sizes = append(o.sizes, s)
+	}
+	if o.quick {
+		*seeds, o.controlSeeds, o.restartSeeds = 2, 1, 0
 	}
 	if *seeds < 1 || o.controlSeeds < 1 {
 		return o, fmt.Errorf("--seeds=%d --control-seeds=%d: want at least 1 each", *seeds, o.controlSeeds)
@@ -233,6 +250,9 @@ func runMain(args []string) error {
 	}
 	if o.write != "" {
 		if err := writeSection(o.write, rep.markdown); err != nil {
+			return err
+		}
+		if err := quoteHeadline(o.quote, b.headline()); err != nil {
 			return err
 		}
 	}
@@ -385,6 +405,9 @@ func (b *bench) runConfiguration(c configuration, n int) error {
 	}
 	b.logf("%s × %d: ready after %v; idle, the replicas use %.1f%% of a core", c.title, n, time.Since(t0).Round(time.Millisecond), 100*idle)
 	for _, kind := range b.o.kinds {
+		if c.control && !slices.Contains(b.o.controlKinds, kind) {
+			continue
+		}
 		for _, size := range b.o.sizes {
 			for _, seed := range b.o.seedsOf(c) {
 				r, err := b.runCase(c, n, procs, kind, size, seed)
@@ -642,8 +665,9 @@ func (p *eppProc) gatewayReplica() loadgen.Replica {
 
 // syncOver is what the replicas sent and merged since the readings m0 (every
 // replica's together). With the shared index it waits (at most 5 s) until every
-// placement published has reached every peer, merged or dropped: they go out
-// within the window, and a run is over once the servers are idle.
+// placement published has reached every peer, merged (or dropped: checkSharing
+// says so): they go out within the window, and a run is over once the servers
+// are idle.
 func (b *bench) syncOver(c configuration, procs []*eppProc, m0 []replicaMetrics) (replicaMetrics, error) {
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -655,7 +679,7 @@ func (b *bench) syncOver(c configuration, procs []*eppProc, m0 []replicaMetrics)
 		for i := range m1 {
 			sum = sum.add(m1[i].sub(m0[i]))
 		}
-		if !c.sharesIndex || sum.merged["peer"]+sum.dropped >= float64(len(procs)-1)*sum.placementBytes.count || time.Now().After(deadline) {
+		if !c.sharesIndex || sum.reached()+sum.dropped >= float64(len(procs)-1)*sum.placementBytes.count || time.Now().After(deadline) {
 			return sum, nil
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -135,15 +135,19 @@ func (r *result) check() {
 }
 
 // checkSharing records, for replicas that share the prefix index, a placement
-// published during the run that did not reach each of the n-1 peers (merged, or
-// dropped and counted): the peers' indexes would differ by more than the order of
-// their LRUs.
+// published during the run that was not merged by each of the n-1 peers (live, or
+// resent after a gap), and a placement dropped for any reason: the runs remove no
+// server, so none is dropped for its endpoint's leaving the pool either.
 func (r *result) checkSharing(n int) {
 	published := r.sync.placementBytes.count
-	reached := r.sync.merged["peer"] + r.sync.dropped
-	if reached != float64(n-1)*published {
-		r.problems = append(r.problems, fmt.Sprintf("%.0f placements published, %.0f merged and %.0f dropped by the peers: want %d × %.0f",
-			published, r.sync.merged["peer"], r.sync.dropped, n-1, published))
+	if reached := r.sync.reached(); reached != float64(n-1)*published {
+		r.problems = append(r.problems, fmt.Sprintf("%.0f placements published, %.0f merged by the peers: want %d × %.0f",
+			published, reached, n-1, published))
+	}
+	for reason, v := range r.sync.droppedBy {
+		if v > 0 {
+			r.problems = append(r.problems, fmt.Sprintf("%.0f placements dropped (%s)", v, reason))
+		}
 	}
 	if published == 0 && r.answered > 0 {
 		r.problems = append(r.problems, fmt.Sprintf("%d requests answered and no placement published", r.answered))
