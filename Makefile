@@ -303,6 +303,10 @@ docs-reference: ## Write docs/REFERENCE.md's generated tables (the epp flags, th
 verify-reference: ## Fail when docs/REFERENCE.md's generated tables differ from the code (run make docs-reference).
 	@go run ./hack/docgen docs/REFERENCE.md
 
+.PHONY: verify-quotes
+verify-quotes: ## Fail when README.md or docs/SHARING-STATE.md quotes the routing bench's headline otherwise than docs/PERFORMANCE.md, where make bench-routing wrote it (hack/docquote).
+	@go run ./hack/docquote -source docs/PERFORMANCE.md -marker routing-headline README.md docs/SHARING-STATE.md
+
 .PHONY: verify-links
 verify-links: ## Fail when a link of README.md, docs/*.md or another README (a file, or a heading's #anchor) does not resolve (hack/doclinks).
 	@go run ./hack/doclinks README.md docs/*.md charts/epp/README.md terraform/README.md llmdrouter/patches/README.md
@@ -319,7 +323,7 @@ release: ## Tag a release (VERSION=x.y.z, after set-version is committed): vX.Y.
 	hack/release.sh tag $(VERSION)
 
 .PHONY: lint
-lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs verify-reference verify-links verify-llmdrouter-tidy ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check, the generated docs (chart, Terraform, docs/REFERENCE.md), the docs' links and llmdrouter/'s tidy go.mod (terraform fmt is checked by test-terraform).
+lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs verify-reference verify-quotes verify-links verify-llmdrouter-tidy ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check, the generated docs (chart, Terraform, docs/REFERENCE.md, the routing bench's headline where it is quoted), the docs' links and llmdrouter/'s tidy go.mod (terraform fmt is checked by test-terraform).
 	@for m in $(GO_MODULES); do echo "golangci-lint: $$m"; vars="GOWORK=off"; [ $$m = llmdrouter ] && vars="GOWORK=$(LLMD_WORK) CGO_ENABLED=0"; \
 	  (cd $$m && env $$vars $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...) || exit 1; done
 
@@ -361,12 +365,12 @@ bench-sync-smoke: k8s llmdrouter-work ## A short bench-sync (3 replicas, 100 end
 BENCH_ROUTING_FLAGS ?=
 
 .PHONY: bench-routing
-bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer, the shared prefix index) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 3 seeds (2 for the controls), and 3 replicas through a rolling restart; writes docs/PERFORMANCE.md and docs/routing-bench.svg (~20 min).
+bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer, the shared prefix index on both profiles) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 5 seeds (2 for the controls), 3 replicas through faults and a rolling restart; writes docs/PERFORMANCE.md (and its headline into README.md and docs/SHARING-STATE.md) and docs/routing-bench.svg (~25 min; BENCH_ROUTING_FLAGS=--quick for iteration).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
-	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
+	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md,$(ROOT)/docs/SHARING-STATE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
 
 .PHONY: bench-routing-smoke
-bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index, one seed; ~1.5 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, or a placement of the shared index did not reach every peer.
+bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index, one seed; ~1.5 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, a placement of the shared index was not merged by every peer, or the shared index does not beat LocalSyncer's hit rate by 0.07.
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
 	$(BIN)/routingbench run --smoke --epp=$(LLMD_EPP) --configs=single,local,shared-index --replicas=3 --workloads=multi-turn --sizes=fits --seeds=1 --restart= --faults=
 
