@@ -419,14 +419,16 @@ func (s *Syncer) awaitSelfListed(ctx context.Context, o *outStream) bool {
 	}
 }
 
+// maxBackoff bounds the wait between two dials of a peer: once a fault heals (a
+// network partition, a frozen peer that resumes), the connection, and the frames
+// it missed, come back within about that. A dial that fails costs a SYN.
+const maxBackoff = time.Second
+
 func nextBackoff(d time.Duration) time.Duration {
 	if d == 0 {
 		return 100 * time.Millisecond
 	}
-	if d *= 2; d > 2*time.Second {
-		d = 2 * time.Second
-	}
-	return d
+	return min(2*d, maxBackoff)
 }
 
 // connect dials the peer, checks its banner names it, and sends the preface and
