@@ -138,6 +138,11 @@ func (o *outStream) writeLoop(s *Syncer, c *outConn) {
 		_, err := w.WriteTo(c.c)
 		c.q.done(n)
 		if err != nil {
+			select {
+			case <-c.broken:
+				return // the connection ended meanwhile (closed on purpose): no error of the peer's
+			default:
+			}
 			if isTimeout(err) {
 				s.m.dropped.Inc() // a peer that stopped reading: it starts again from a full state
 			}
