@@ -179,12 +179,11 @@ type Plugin struct {
 
 // heldPlacement is a peer's placement for an endpoint the pool does not list yet.
 type heldPlacement struct {
-	peer  string
-	msg   []byte
-	kind  peersync.MessageKind
-	until time.Time
-	cost  int
-	pl    placement
+	server string
+	msg    []byte
+	kind   peersync.MessageKind
+	until  time.Time
+	cost   int
 }
 
 // Factory builds shared-prefix-cache-producer on the peer-syncer peerSyncerRef names.
@@ -485,7 +484,7 @@ func (p *Plugin) hold(m peersync.Message, server string, cost int) {
 		p.dropped.Add(1)
 		return
 	}
-	p.held = append(p.held, heldPlacement{peer: m.Peer, msg: append([]byte(nil), m.Data...), kind: m.Kind, until: time.Now().Add(holdFor), cost: cost})
+	p.held = append(p.held, heldPlacement{server: server, msg: append([]byte(nil), m.Data...), kind: m.Kind, until: time.Now().Add(holdFor), cost: cost})
 	p.heldBlocks += cost
 	p.heldServers[server]++
 	p.m.held.Set(float64(p.heldBlocks))
@@ -501,13 +500,13 @@ func (p *Plugin) releaseHeld(now time.Time) int {
 	p.heldMu.Lock()
 	defer p.heldMu.Unlock()
 	keep := p.held[:0]
+	var pl placement
 	for _, h := range p.held {
-		if err := parsePlacement(&h.pl, h.msg); err != nil {
-			continue // it parsed when it came
-		}
 		switch {
-		case p.inPool(h.pl.server):
-			p.merge(h.kind, &h.pl)
+		case p.inPool(h.server):
+			if parsePlacement(&pl, h.msg) == nil { // it parsed when it came
+				p.merge(h.kind, &pl)
+			}
 		case now.After(h.until):
 			p.m.dropped.WithLabelValues("not-in-pool").Inc()
 			p.dropped.Add(1)
@@ -516,8 +515,8 @@ func (p *Plugin) releaseHeld(now time.Time) int {
 			continue
 		}
 		p.heldBlocks -= h.cost
-		if p.heldServers[h.pl.server]--; p.heldServers[h.pl.server] <= 0 {
-			delete(p.heldServers, h.pl.server)
+		if p.heldServers[h.server]--; p.heldServers[h.server] <= 0 {
+			delete(p.heldServers, h.server)
 		}
 	}
 	clear(p.held[len(keep):])
