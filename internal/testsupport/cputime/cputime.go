@@ -4,37 +4,23 @@ package cputime
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 )
 
-// Of is process pid's CPU time so far: the sum of its threads' time on a CPU
-// (/proc/<pid>/task/*/schedstat, nanoseconds), or utime+stime from /proc/<pid>/stat
-// (clock ticks) where the kernel keeps no schedstat.
+// Tick is the resolution of Of: the kernel's clock tick for user and system time
+// (USER_HZ, 100 a second on Linux).
+const Tick = time.Second / 100
+
+// Of is process pid's CPU time so far, every thread's, those that exited included:
+// utime and stime of /proc/<pid>/stat, in clock ticks of Tick. (The threads'
+// schedstat is finer, but a thread that exits takes its time along: a process that
+// starts and ends goroutine threads reads less than it used.)
 func Of(pid int) (time.Duration, error) {
-	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
-	if err != nil {
-		return 0, err
-	}
-	var sum time.Duration
-	for _, t := range tasks {
-		b, err := os.ReadFile(t)
-		if err != nil {
-			continue // a thread that just exited
-		}
-		f := strings.Fields(string(b))
-		if len(f) > 0 {
-			ns, _ := strconv.ParseInt(f[0], 10, 64)
-			sum += time.Duration(ns)
-		}
-	}
-	if sum > 0 {
-		return sum, nil
-	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
@@ -44,7 +30,10 @@ func Of(pid int) (time.Duration, error) {
 	if len(f) < 13 {
 		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
 	}
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * (time.Second / 100), nil
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return time.Duration(utime+stime) * Tick, nil
 }
