@@ -304,8 +304,9 @@ verify-reference: ## Fail when docs/REFERENCE.md's generated tables differ from 
 	@go run ./hack/docgen docs/REFERENCE.md
 
 .PHONY: verify-quotes
-verify-quotes: ## Fail when README.md or docs/SHARING-STATE.md quotes the routing bench's headline otherwise than docs/PERFORMANCE.md, where make bench-routing wrote it (hack/docquote).
+verify-quotes: ## Fail when README.md or docs/SHARING-STATE.md quotes the routing or capacity bench's headline otherwise than docs/PERFORMANCE.md, where make bench-routing and make bench-capacity wrote it (hack/docquote).
 	@go run ./hack/docquote -source docs/PERFORMANCE.md -marker routing-headline README.md docs/SHARING-STATE.md
+	@go run ./hack/docquote -source docs/PERFORMANCE.md -marker capacity-headline README.md
 
 .PHONY: verify-links
 verify-links: ## Fail when a link of README.md, docs/*.md or another README (a file, or a heading's #anchor) does not resolve (hack/doclinks).
@@ -361,13 +362,20 @@ bench-sync-smoke: k8s llmdrouter-work ## A short bench-sync (3 replicas, 100 end
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/syncbench ./internal/syncbench
 	$(BIN)/syncbench run --smoke --replicas=3 --endpoints=100 --window=3s --warmup=1s
 
-# Extra flags of routingbench run (e.g. BENCH_ROUTING_FLAGS="--seeds=1 --scale=0.5").
+# Extra flags of routingbench run (e.g. BENCH_ROUTING_FLAGS="--seeds=1 --scale=0.5")
+# and routingbench capacity (e.g. BENCH_CAPACITY_FLAGS="--rates=20,40,60").
 BENCH_ROUTING_FLAGS ?=
+BENCH_CAPACITY_FLAGS ?=
 
 .PHONY: bench-routing
 bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer, the shared prefix index on both profiles) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 5 seeds (2 for the controls), 3 replicas through faults and a rolling restart; writes docs/PERFORMANCE.md (and its headline into README.md and docs/SHARING-STATE.md) and docs/routing-bench.svg (~25 min; BENCH_ROUTING_FLAGS=--quick for iteration).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
 	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md,$(ROOT)/docs/SHARING-STATE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
+
+.PHONY: bench-capacity
+bench-capacity: k8s build-llmd ## Capacity: llm-d-router's EPP at 1, 3 and 8 replicas (one replica, LocalSyncer, peer-syncer, the shared prefix index) under open-loop load at 4 rates, model servers that answer at once; the marginal CPU per request (the slope of CPU against rate, every replica's), requests per core, scaling efficiency; writes docs/PERFORMANCE.md (and its headline into README.md) and docs/capacity-bench.svg (~10 min; not in make test).
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
+	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md --plot=$(ROOT)/docs/capacity-bench.svg $(BENCH_CAPACITY_FLAGS)
 
 .PHONY: bench-routing-smoke
 bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index, one seed; ~1.5 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, a placement of the shared index was not merged by every peer, or the shared index does not beat LocalSyncer's hit rate by 0.07.

@@ -7,6 +7,7 @@
 // depend on timing.
 //
 //	routingbench run [flags]        the benchmark (see run --help)
+//	routingbench capacity [flags]   the EPP's CPU per request at 1, 3 and 8 replicas (make bench-capacity; see capacity --help)
 //	routingbench modelsim [flags]   simulated model servers alone, on 127.0.0.1
 package main
 
@@ -17,17 +18,19 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: routingbench run|modelsim [flags]")
+		fmt.Fprintln(os.Stderr, "usage: routingbench run|capacity|modelsim [flags]")
 		os.Exit(2)
 	}
 	var err error
 	switch os.Args[1] {
 	case "run":
 		err = runMain(os.Args[2:])
+	case "capacity":
+		err = capacityMain(os.Args[2:])
 	case "modelsim":
 		err = modelsimMain(os.Args[2:])
 	default:
-		err = fmt.Errorf("unknown command %q: want run or modelsim", os.Args[1])
+		err = fmt.Errorf("unknown command %q: want run, capacity or modelsim", os.Args[1])
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "routingbench:", err)

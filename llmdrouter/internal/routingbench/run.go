@@ -282,6 +282,9 @@ type bench struct {
 	restarts []restartResult
 	// faultResults are the runs through faults, each followed by its baseline.
 	faultResults []faultResult
+	// scrapeCounts, if set, are the model servers' scrapes so far (the capacity
+	// mode's servers; else the fleet's).
+	scrapeCounts func() []int64
 	logf         func(format string, args ...any)
 }
 
@@ -440,6 +443,9 @@ func (b *bench) runConfiguration(c configuration, n int) error {
 }
 
 func (b *bench) scrapes() []int64 {
+	if b.scrapeCounts != nil {
+		return b.scrapeCounts()
+	}
 	out := make([]int64, len(b.fleet.Servers))
 	for i, s := range b.fleet.Servers {
 		out[i] = s.Scrapes()
@@ -529,8 +535,8 @@ func (b *bench) waitReady(c configuration, procs []*eppProc, scrapes0 []int64) e
 				}
 			}
 		}
-		for i, s := range b.fleet.Servers {
-			if got := s.Scrapes() - scrapes0[i]; got < int64(5*n) {
+		for i, s := range b.scrapes() {
+			if got := s - scrapes0[i]; got < int64(5*n) {
 				wrong = append(wrong, fmt.Sprintf("server %d: %d scrapes, want %d (5 a replica)", i, got, 5*n))
 			}
 		}

@@ -151,7 +151,21 @@ func (s *Server) WriteMetrics(w io.Writer) {
 	s.mu.Lock()
 	st, stats := s.state(), s.stats
 	s.mu.Unlock()
-	m := strconv.Quote(s.cfg.Model)
+	writeMetrics(w, s.cfg, st, stats)
+}
+
+// WriteIdleMetrics writes the metrics of a server of cfg with nothing running,
+// waiting or cached (the capacity bench's servers, which answer at once).
+func WriteIdleMetrics(w io.Writer, cfg Config) { writeMetrics(w, cfg, State{}, Stats{}) }
+
+// Immediate is the response to req answered at once with text, for a prompt of
+// promptTokens, nothing cached: what a server that costs nothing answers.
+func Immediate(req Request, promptTokens int, text string) Response {
+	return response(req, Result{PromptTokens: promptTokens, OutputTokens: req.OutputTokens(), Text: text})
+}
+
+func writeMetrics(w io.Writer, cfg Config, st State, stats Stats) {
+	m := strconv.Quote(cfg.Model)
 	gauge := func(name, help string, v float64) {
 		_, _ = fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s{model_name=%s} %g\n", name, help, name, name, m, v)
 	}
@@ -163,7 +177,7 @@ func (s *Server) WriteMetrics(w io.Writer) {
 	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", st.Usage)
 	_, _ = fmt.Fprintf(w, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"+
 		"vllm:cache_config_info{block_size=\"%d\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",gpu_memory_utilization=\"0.9\",num_gpu_blocks=\"%d\"} 1\n",
-		s.cfg.BlockTokens, s.cfg.CapacityBlocks)
+		cfg.BlockTokens, cfg.CapacityBlocks)
 	counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", stats.PromptTokens)
 	counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", stats.CachedTokens)
 	counter("vllm:prompt_tokens", "Number of prefill tokens processed.", stats.PromptTokens)
