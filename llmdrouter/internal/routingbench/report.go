@@ -89,7 +89,6 @@ func millis(v float64) string {
 	return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
 }
 
-func micros(v float64) string { return fmt.Sprintf("%.0f µs", v/float64(time.Microsecond)) }
 
 // cells groups the results of kind and size by configuration and replica count,
 // in the bench's order of configurations.
@@ -120,7 +119,7 @@ func (b *bench) report(took time.Duration) rendered {
 	if b.o.quick {
 		run = "`make bench-routing BENCH_ROUTING_FLAGS=--quick` (a quick set: fewer seeds, no rolling restart)"
 	}
-	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by %s in %v: %d simulated vLLM servers (`modelsim`: KV cache of %s blocks of %d tokens each, at most %d running, steps of %v + %v per decoding request + %v per prefilled token; simulated time %g× the wall clock), the real EPP build (`bin/epp-llmd`) with llm-d-router's default profile, replicas on a real API server (envtest) with `endpointslice-peer-discovery`; %s. Each figure is the median over the seeds, with the range in brackets. TTFT is simulated (the servers' queue and prefill); EPP CPU per request is every replica's CPU time over the run beyond what they use idle, per request.\n",
+	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by %s in %v: %d simulated vLLM servers (`modelsim`: KV cache of %s blocks of %d tokens each, at most %d running, steps of %v + %v per decoding request + %v per prefilled token; simulated time %g× the wall clock), the real EPP build (`bin/epp-llmd`) with llm-d-router's default profile, replicas on a real API server (envtest) with `endpointslice-peer-discovery`; %s. Each figure is the median over the seeds, with the range in brackets. TTFT is simulated (the servers' queue and prefill). What a request costs the EPPs in CPU is measured apart, by `make bench-capacity` ([Capacity](#capacity-of-active-active-replicas-make-bench-capacity)): here the model servers share the machine with them.\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, run, took.Round(time.Second),
 		b.o.servers, markdown.Thousands(cfg.CapacityBlocks), cfg.BlockTokens, cfg.MaxRunning, cfg.StepBase, cfg.StepPerSequence, cfg.PrefillPerToken, b.o.sim.speedup, b.seedsText())
 	var steps, late int64
@@ -169,12 +168,11 @@ func (b *bench) report(took time.Duration) rendered {
 			ceiling := statOf(refs, func(r result) float64 { return r.ref.ceiling })
 			fmt.Fprintf(&sb, "\n**%s, %s** (%s). Prefix-blind routing (each request to a server at random) would hit %s; %s is every token an earlier request sent (the ceiling).\n\n",
 				kind, size, describe(spec), blind.format(fixed(3)), ceiling.format(fixed(3)))
-			sb.WriteString("| configuration | replicas | cache hit rate | routing precision | same server as the turn before | imbalance | TTFT p50 | TTFT p99 | requests/s | errors | EPP CPU per request |\n")
-			sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+			sb.WriteString("| configuration | replicas | cache hit rate | routing precision | same server as the turn before | imbalance | TTFT p50 | TTFT p99 | requests/s | errors |\n")
+			sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 			for _, c := range cells {
 				if len(c.runs) == 0 {
-					fmt.Fprintf(&sb, "| %s | %d | not measured (see above) | | | | | | | | |\n", c.title, c.replicas)
-					continue
+					continue // a control not run on this workload
 				}
 				same := "–"
 				if kind == workload.MultiTurn {
@@ -184,7 +182,7 @@ func (b *bench) report(took time.Duration) rendered {
 				for _, r := range c.runs {
 					errs += r.errors + len(r.problems)
 				}
-				fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", c.title, c.replicas,
+				fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d |\n", c.title, c.replicas,
 					statOf(c.runs, func(r result) float64 { return r.hitRate() }).format(fixed(3)),
 					statOf(c.runs, func(r result) float64 { return r.precision() }).format(fixed(2)),
 					same,
@@ -192,8 +190,7 @@ func (b *bench) report(took time.Duration) rendered {
 					statOf(c.runs, func(r result) float64 { return float64(percentile(r.ttft, 0.5)) }).format(millis),
 					statOf(c.runs, func(r result) float64 { return float64(percentile(r.ttft, 0.99)) }).format(millis),
 					statOf(c.runs, func(r result) float64 { return r.reqPerSec() }).format(fixed(0)),
-					errs,
-					statOf(c.runs, func(r result) float64 { return float64(r.cpuPerRequest()) }).format(micros))
+					errs)
 			}
 			sb.WriteString(findings(cells))
 			panels = append(panels, panel{title: fmt.Sprintf("%s, %s", kind, size), cells: cells, blind: blind.med})

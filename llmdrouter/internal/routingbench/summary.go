@@ -187,21 +187,11 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 // reqPerSec is the answered requests per wall-clock second of the run.
 func (r result) reqPerSec() float64 { return float64(r.answered) / r.wall.Seconds() }
 
-// cpuPerRequest is the replicas' CPU time per answered request beyond what they
-// use idle (scraping metrics, discovery, sync) over the same time.
-func (r result) cpuPerRequest() time.Duration {
-	if r.answered == 0 {
-		return 0
-	}
-	busy := r.cpu - time.Duration(r.idleCPU*float64(r.wall))
-	return max(0, busy) / time.Duration(r.answered)
-}
-
 func (r result) summary() string {
-	s := fmt.Sprintf("hit %.3f (blind %.3f, ceiling %.3f), precision %.2f, same server %.2f, imbalance %.2f, TTFT p50 %v p99 %v, %d/%d answered, %.0f req/s, EPP CPU %v/request, route p50 %v p99 %v, %d late steps of %d",
+	s := fmt.Sprintf("hit %.3f (blind %.3f, ceiling %.3f), precision %.2f, same server %.2f, imbalance %.2f, TTFT p50 %v p99 %v, %d/%d answered, %.0f req/s, route p50 %v p99 %v, %d late steps of %d",
 		r.hitRate(), r.ref.blind, r.ref.ceiling, r.precision(), r.sameServerShare(), r.imbalance,
 		percentile(r.ttft, 0.5).Round(time.Millisecond), percentile(r.ttft, 0.99).Round(time.Millisecond),
-		r.answered, r.want, r.reqPerSec(), r.cpuPerRequest().Round(time.Microsecond),
+		r.answered, r.want, r.reqPerSec(),
 		percentile(r.route, 0.5).Round(100*time.Microsecond), percentile(r.route, 0.99).Round(100*time.Microsecond), r.server.Late, r.server.Steps)
 	if r.sync.placementBytes.count > 0 {
 		s += fmt.Sprintf(", %.0f placements of %.0f bytes on average, propagation p50 %s p99 %s",
