@@ -29,13 +29,13 @@ const benchCapacity = 256
 // session opens with a context message (a task, a document) and then, turn after
 // turn, gets a 32-token answer (a tool call) and sends a 96-token message (its
 // result) after a think time of 3 s on average, for 5 turns. 2.6 sessions arrive a
-// second for 30 s: about 48 are in flight at once. Fits: 256-token contexts; a
+// second for 23 s: about 48 are in flight at once by the end. Fits: 256-token contexts; a
 // session ends at about 1,060 tokens (17 blocks), those in flight hold about 0.4 of
 // the fleet's caches. Exceeds: 4,608-token contexts; a session ends at about 5,400
 // tokens (85 blocks), those in flight hold about 2 times the fleet's caches.
 //
 // Shared prefix: requests of a group share a prefix and add a 96-token question,
-// for a 32-token answer; 10 arrive a second for 40 s. Fits: 12 groups of 1,024
+// for a 32-token answer; 10 arrive a second for 30 s. Fits: 12 groups of 1,024
 // tokens (192 blocks: every server can hold every prefix). Exceeds: 96 groups of
 // 3,072 tokens (4,608 blocks, 2.25 times the fleet's caches).
 func preset(kind workload.Kind, size string, scale float64) (workload.Spec, error) {
@@ -43,7 +43,7 @@ func preset(kind workload.Kind, size string, scale float64) (workload.Spec, erro
 	switch kind {
 	case workload.MultiTurn:
 		s = workload.Spec{Kind: kind, Groups: 8, PrefixTokens: 256, QuestionTokens: 96, AnswerTokens: 32,
-			Turns: 5, Think: 3 * time.Second, Rate: 2.6, Count: 78}
+			Turns: 5, Think: 3 * time.Second, Rate: 2.6, Count: 60}
 		switch size {
 		case sizeFits:
 			s.ContextTokens = 256
@@ -51,7 +51,7 @@ func preset(kind workload.Kind, size string, scale float64) (workload.Spec, erro
 			s.ContextTokens = 4608
 		}
 	case workload.SharedPrefix:
-		s = workload.Spec{Kind: kind, QuestionTokens: 96, AnswerTokens: 32, Turns: 1, Rate: 10, Count: 400}
+		s = workload.Spec{Kind: kind, QuestionTokens: 96, AnswerTokens: 32, Turns: 1, Rate: 10, Count: 300}
 		switch size {
 		case sizeFits:
 			s.Groups, s.PrefixTokens = 12, 1024
