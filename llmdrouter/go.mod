@@ -6,7 +6,6 @@ require (
 	github.com/envoyproxy/go-control-plane/envoy v1.37.0
 	github.com/epp-peer-discovery/epp-peer-discovery v0.1.0
 	github.com/go-logr/logr v1.4.4
-	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/llm-d/llm-d-router v0.0.0-20260822034922-ebab687927f5
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/common v0.72.0
@@ -63,6 +62,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.4-0.20250319132907-e064f32e3674 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
+	github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jellydator/ttlcache/v3 v3.4.1 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
