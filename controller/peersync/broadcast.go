@@ -265,10 +265,10 @@ func (b *Broadcast) sendCursor(c *outConn) {
 	c.q.put(queued{frame: wire.AppendBroadcastSeq(nil, wire.BroadcastSequenced|wire.BroadcastCursor, b.name, b.seq, nil), kind: kindControl}, true)
 }
 
-// broadcastConnUp runs when the connection c to o's peer says it takes broadcasts:
+// broadcastConnUp runs when the connection c to a peer says it takes broadcasts:
 // each broadcast's cursor starts it (sequenced peers), and a replica that wants a
 // snapshot may ask this peer.
-func (s *Syncer) broadcastConnUp(o *outStream, c *outConn) {
+func (s *Syncer) broadcastConnUp(c *outConn) {
 	if c.sequenced.Load() {
 		s.broadcasts.Range(func(_, v any) bool {
 			v.(*Broadcast).sendCursor(c)
@@ -575,8 +575,9 @@ func (s *Syncer) awaitBroadcastConn(ctx context.Context, o *outStream) *outConn 
 
 // writeSnapshot queues the snapshot on c in frames of at most snapshotChunkBytes,
 // each once the queue has room, the last one marked as the end (flags: a snapshot,
-// or a resync, whose end carries seq). It reports whether it was queued whole.
-func (b *Broadcast) writeSnapshot(o *outStream, c *outConn, flags byte, seq uint64) bool {
+// or a resync, whose end carries seq). One that cannot be queued whole is logged;
+// the peer asks again.
+func (b *Broadcast) writeSnapshot(o *outStream, c *outConn, flags byte, seq uint64) {
 	s := b.s
 	start := s.o.now()
 	var msgs [][]byte
@@ -620,9 +621,8 @@ func (b *Broadcast) writeSnapshot(o *outStream, c *outConn, flags byte, seq uint
 	}
 	if failed {
 		s.log.Info("a "+what+" could not be sent whole; the peer will ask again", "broadcast", b.name, "peer", o.peer.ID())
-		return false
+		return
 	}
 	s.m.broadcastMessages.WithLabelValues(b.name, what+"-sent").Add(float64(frames))
 	s.log.V(1).Info("sent a "+what, "broadcast", b.name, "peer", o.peer.ID(), "bytes", total, "took", s.o.now().Sub(start).String())
-	return true
 }

@@ -367,7 +367,7 @@ func (o *outStream) hold(ctx context.Context, s *Syncer, conn net.Conn) bool {
 			if fs, ok := wire.ParseFeaturesLine(line); ok && slices.Contains(fs, wire.FeatureBroadcast) {
 				c.sequenced.Store(slices.Contains(fs, wire.FeatureBroadcastSeq))
 				c.broadcasts.Store(true)
-				s.broadcastConnUp(o, c)
+				s.broadcastConnUp(c)
 			}
 		}
 		_, _ = io.Copy(io.Discard, br)

@@ -104,13 +104,6 @@ func (q *sendQueue) done(n int) {
 	q.mu.Unlock()
 }
 
-// queuedBytes is what waits to be written.
-func (q *sendQueue) queuedBytes() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.bytes
-}
-
 // writeLoop writes c's queued frames as they come, until the connection breaks.
 // Each batch gets writeTimeout: a peer that takes no byte for that long is gone,
 // and its connection ends.
