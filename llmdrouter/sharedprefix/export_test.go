@@ -26,7 +26,7 @@ func RawPlacement(server string, capacity int, at int64, hashes []uint64) []byte
 	for _, h := range hashes {
 		o.hashes = append(o.hashes, blockHash(h))
 	}
-	return appendPlacement(nil, &placement{server: server, capacity: capacity, at: at, ops: []op{o}})
+	return encodePlacement(&placement{server: server, capacity: capacity, at: at, ops: []op{o}})
 }
 
 // RawSnapshotPlacement encodes a placement of version 2 with snapshot blocks.
@@ -35,5 +35,5 @@ func RawSnapshotPlacement(server string, hashes []uint64) []byte {
 	for _, h := range hashes {
 		o.hashes = append(o.hashes, blockHash(h), 0)
 	}
-	return appendPlacement(nil, &placement{server: server, capacity: 1, ops: []op{o}})
+	return encodePlacement(&placement{server: server, capacity: 1, ops: []op{o}})
 }

@@ -95,14 +95,15 @@ func (x *index) server(name string, capacity int) *serverLRU {
 }
 
 // route records that a request with hashes went to server, as upstream's index
-// does (every hash made the most recent, in order, new ones added), and appends
-// to ops what a peer needs to do the same: the runs of hashes held already (a
+// does (every hash made the most recent, in order, new ones added), and returns
+// what a peer needs to do the same: the runs of hashes held already (a
 // touch of the chain: its last hash and its length) and of new ones (with the
 // parent of the first).
-func (x *index) route(server string, capacity int, hashes []blockHash, ops []op) []op {
+func (x *index) route(server string, capacity int, hashes []blockHash) []op {
 	if len(hashes) == 0 || capacity <= 0 {
-		return ops
+		return nil
 	}
+	var ops []op
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	s := x.server(server, capacity)
@@ -134,17 +135,15 @@ func (x *index) route(server string, capacity int, hashes []blockHash, ops []op)
 
 // apply does a peer's ops on server's LRU (of this replica's capacity): adds and
 // touches as the peer did them, a snapshot's blocks as the least recent (they never
-// evict a newer block, and a block held is left where it is). It returns the
-// blocks added.
-func (x *index) apply(server string, capacity int, ops []op) int {
+// evict a newer block, and a block held is left where it is).
+func (x *index) apply(server string, capacity int, ops []op) {
 	if capacity <= 0 || len(ops) == 0 {
-		return 0
+		return
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	s := x.server(server, capacity)
 	ev := x.evicted(s)
-	added := 0
 	for _, o := range ops {
 		switch o.kind {
 		case opAdd:
@@ -155,7 +154,6 @@ func (x *index) apply(server string, capacity int, ops []op) int {
 				} else {
 					s.pushFront(h, parent, ev)
 					x.hold(h, s)
-					added++
 				}
 				parent = h
 			}
@@ -174,11 +172,9 @@ func (x *index) apply(server string, capacity int, ops []op) int {
 					break // full: the rest is older still
 				}
 				x.hold(h, s)
-				added++
 			}
 		}
 	}
-	return added
 }
 
 // match counts, per server, the request's leading blocks it holds, as llm-d-router's

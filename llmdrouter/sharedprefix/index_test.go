@@ -40,13 +40,13 @@ func order(x *index, server string) []blockHash {
 // repeated decision is one touch.
 func TestIndexRouteSaysWhatIsNewAndWhatIsTouched(t *testing.T) {
 	x := newIndex()
-	if got, want := x.route("ns/a", 10, hs(1, 2, 3), nil), []op{{kind: opAdd, ref: 0, hashes: hs(1, 2, 3)}}; !reflect.DeepEqual(got, want) {
+	if got, want := x.route("ns/a", 10, hs(1, 2, 3)), []op{{kind: opAdd, ref: 0, hashes: hs(1, 2, 3)}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("first placement: %+v, want %+v", got, want)
 	}
-	if got, want := x.route("ns/a", 10, hs(1, 2, 3, 4, 5), nil), []op{{kind: opTouch, ref: 3, n: 3}, {kind: opAdd, ref: 3, hashes: hs(4, 5)}}; !reflect.DeepEqual(got, want) {
+	if got, want := x.route("ns/a", 10, hs(1, 2, 3, 4, 5)), []op{{kind: opTouch, ref: 3, n: 3}, {kind: opAdd, ref: 3, hashes: hs(4, 5)}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("the next turn: %+v, want %+v", got, want)
 	}
-	if got, want := x.route("ns/a", 10, hs(1, 2, 3), nil), []op{{kind: opTouch, ref: 3, n: 3}}; !reflect.DeepEqual(got, want) {
+	if got, want := x.route("ns/a", 10, hs(1, 2, 3)), []op{{kind: opTouch, ref: 3, n: 3}}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("a repeated decision: %+v, want %+v", got, want)
 	}
 	if got := order(x, "ns/a"); !slices.Equal(got, hs(3, 2, 1, 5, 4)) {
@@ -63,9 +63,9 @@ func TestIndexRouteSaysWhatIsNewAndWhatIsTouched(t *testing.T) {
 // metrics) shrinks it.
 func TestIndexEvictsTheLeastRecent(t *testing.T) {
 	x := newIndex()
-	x.route("ns/a", 3, hs(1, 2, 3), nil)
-	x.route("ns/a", 3, hs(1), nil) // 1 is the most recent now
-	x.route("ns/a", 3, hs(4), nil) // evicts 2
+	x.route("ns/a", 3, hs(1, 2, 3))
+	x.route("ns/a", 3, hs(1)) // 1 is the most recent now
+	x.route("ns/a", 3, hs(4)) // evicts 2
 	if got := matches(x, hs(2)); len(got) != 0 {
 		t.Fatalf("block 2, evicted, still matched: %v", got)
 	}
@@ -77,7 +77,7 @@ func TestIndexEvictsTheLeastRecent(t *testing.T) {
 	if x.entries() != 3 {
 		t.Fatalf("entries %d, want the capacity 3", x.entries())
 	}
-	x.route("ns/a", 2, hs(4), nil)
+	x.route("ns/a", 2, hs(4))
 	if x.entries() != 2 || len(matches(x, hs(3))) != 0 {
 		t.Fatalf("after a resize to 2: entries %d, block 3 %v", x.entries(), matches(x, hs(3)))
 	}
@@ -87,8 +87,8 @@ func TestIndexEvictsTheLeastRecent(t *testing.T) {
 // that holds a hash counts one, until a hash that no server holds.
 func TestIndexMatchesAsUpstream(t *testing.T) {
 	x := newIndex()
-	x.route("ns/a", 10, hs(1, 2, 3), nil)
-	x.route("ns/b", 10, hs(1, 9), nil)
+	x.route("ns/a", 10, hs(1, 2, 3))
+	x.route("ns/b", 10, hs(1, 9))
 	got := matches(x, hs(1, 2, 3, 4, 9))
 	if want := map[string]int{"ns/a": 3, "ns/b": 1}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("match %v, want %v (stop at 4, which no server holds)", got, want)
@@ -123,7 +123,7 @@ func TestAPeerThatAppliesTheOpsHoldsTheSame(t *testing.T) {
 		c := convs[rng.IntN(len(convs))]
 		server := []string{"ns/a", "ns/b", "ns/c"}[rng.IntN(3)]
 		n := 1 + rng.IntN(len(c))
-		ops := x.route(server, 300, c[:n], nil)
+		ops := x.route(server, 300, c[:n])
 		y.apply(server, 300, ops)
 	}
 	for _, s := range []string{"ns/a", "ns/b", "ns/c"} {
@@ -141,9 +141,9 @@ func TestAPeerThatAppliesTheOpsHoldsTheSame(t *testing.T) {
 // evicting a block placed meanwhile; a block held already stays where it is.
 func TestASnapshotNeverEvictsNewerBlocks(t *testing.T) {
 	x := newIndex()
-	x.route("ns/a", 4, hs(10, 11, 12, 13), nil) // the peer's index: 13 most recent
+	x.route("ns/a", 4, hs(10, 11, 12, 13)) // the peer's index: 13 most recent
 	y := newIndex()
-	y.route("ns/a", 4, hs(20, 21), nil) // live placements, before the snapshot
+	y.route("ns/a", 4, hs(20, 21)) // live placements, before the snapshot
 	x.each(func(server string, capacity int, pairs []blockHash) bool {
 		y.apply(server, 4, []op{{kind: opOlder, hashes: pairs}})
 		return true
@@ -153,7 +153,7 @@ func TestASnapshotNeverEvictsNewerBlocks(t *testing.T) {
 	}
 	// A snapshot block held already is not moved.
 	z := newIndex()
-	z.route("ns/a", 4, hs(12), nil)
+	z.route("ns/a", 4, hs(12))
 	x.each(func(server string, capacity int, pairs []blockHash) bool {
 		z.apply(server, 4, []op{{kind: opOlder, hashes: pairs}})
 		return true
@@ -167,18 +167,18 @@ func TestASnapshotNeverEvictsNewerBlocks(t *testing.T) {
 // holds, not on their order or how they came.
 func TestDigestsAgreeOnTheSameBlocks(t *testing.T) {
 	x, y := newIndex(), newIndex()
-	x.route("ns/a", 10, hs(1, 2, 3), nil)
-	x.route("ns/b", 10, hs(4), nil)
-	y.route("ns/b", 10, hs(4), nil)
-	y.route("ns/a", 10, hs(3, 1), nil)
+	x.route("ns/a", 10, hs(1, 2, 3))
+	x.route("ns/b", 10, hs(4))
+	y.route("ns/b", 10, hs(4))
+	y.route("ns/a", 10, hs(3, 1))
 	if digestOf(x.serverStates()) == digestOf(y.serverStates()) {
 		t.Fatal("digests agree on different blocks")
 	}
-	y.route("ns/a", 10, hs(2), nil)
+	y.route("ns/a", 10, hs(2))
 	if digestOf(x.serverStates()) != digestOf(y.serverStates()) {
 		t.Fatal("digests differ on the same blocks in another order")
 	}
-	y.route("ns/c", 10, hs(2), nil)
+	y.route("ns/c", 10, hs(2))
 	if digestOf(x.serverStates()) == digestOf(y.serverStates()) {
 		t.Fatal("digests agree with a server more")
 	}
@@ -188,8 +188,8 @@ func TestDigestsAgreeOnTheSameBlocks(t *testing.T) {
 // blocks another server holds stay.
 func TestIndexRemovesAServer(t *testing.T) {
 	x := newIndex()
-	x.route("ns/a", 4, hs(1, 2, 3, 4), nil)
-	x.route("ns/b", 4, hs(1, 8), nil)
+	x.route("ns/a", 4, hs(1, 2, 3, 4))
+	x.route("ns/b", 4, hs(1, 8))
 	x.removeServer("ns/a")
 	if got := matches(x, hs(1, 8)); !reflect.DeepEqual(got, map[string]int{"ns/b": 2}) || x.entries() != 2 {
 		t.Fatalf("after removing ns/a: match %v, entries %d", got, x.entries())
@@ -206,7 +206,7 @@ func TestMemoryPerBlock(t *testing.T) {
 	for s := range servers {
 		name := []string{"ns/a", "ns/b", "ns/c", "ns/d", "ns/e", "ns/f", "ns/g", "ns/h"}[s]
 		for c := range perServer / 100 {
-			x.route(name, perServer, conversation(uint64(s*100000+c), 100), nil)
+			x.route(name, perServer, conversation(uint64(s*100000+c), 100))
 		}
 	}
 	per := float64(heap()-before) / float64(x.entries())
@@ -233,7 +233,7 @@ func heap() uint64 {
 func TestPlacementRoundTripAndBounds(t *testing.T) {
 	in := placement{server: "llm/vllm-3-rank-0", capacity: 31250, at: 1_700_000_000_000_000, ops: []op{
 		{kind: opTouch, ref: 7, n: 12}, {kind: opAdd, ref: 7, hashes: hs(1, 1<<63, 42)}, {kind: opOlder, hashes: hs(5, 4, 4, 3)}}}
-	b := appendPlacement(nil, &in)
+	b := encodePlacement(&in)
 	var out placement
 	if err := parsePlacement(&out, b); err != nil {
 		t.Fatal(err)
@@ -242,7 +242,7 @@ func TestPlacementRoundTripAndBounds(t *testing.T) {
 		t.Fatalf("round trip: %+v, want %+v", out, in)
 	}
 	size := func(ops ...op) int {
-		return len(appendPlacement(nil, &placement{server: in.server, capacity: 1, at: in.at, ops: ops}))
+		return len(encodePlacement(&placement{server: in.server, capacity: 1, at: in.at, ops: ops}))
 	}
 	if per := float64(size(op{kind: opAdd, hashes: make([]blockHash, 100)})-size(op{kind: opAdd, hashes: make([]blockHash, 1)})) / 99; per != 8 {
 		t.Errorf("%v bytes a new block, want 8", per)
@@ -259,14 +259,14 @@ func TestPlacementRoundTripAndBounds(t *testing.T) {
 		"another version": append([]byte{3}, b[1:]...),
 		"truncated":       b[:len(b)-3],
 		"trailing bytes":  append(slices.Clone(b), 0),
-		"no server":       appendPlacement(nil, &placement{capacity: 1, at: 1, ops: []op{{kind: opAdd, hashes: hs(1)}}}),
-		"no capacity":     appendPlacement(nil, &placement{server: "x", at: 1, ops: []op{{kind: opAdd, hashes: hs(1)}}}),
-		"too many hashes": appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1, ops: []op{{kind: opAdd, hashes: make([]blockHash, maxHashesPerMessage+1)}}}),
-		"too many touched": appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1, ops: []op{
+		"no server":       encodePlacement(&placement{capacity: 1, at: 1, ops: []op{{kind: opAdd, hashes: hs(1)}}}),
+		"no capacity":     encodePlacement(&placement{server: "x", at: 1, ops: []op{{kind: opAdd, hashes: hs(1)}}}),
+		"too many hashes": encodePlacement(&placement{server: "x", capacity: 1, at: 1, ops: []op{{kind: opAdd, hashes: make([]blockHash, maxHashesPerMessage+1)}}}),
+		"too many touched": encodePlacement(&placement{server: "x", capacity: 1, at: 1, ops: []op{
 			{kind: opTouch, ref: 1, n: maxTouchPerMessage}, {kind: opTouch, ref: 2, n: 1}}}),
-		"an empty add":    appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1, ops: []op{{kind: opAdd}}}),
-		"an unknown op":   append(appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1})[:5], 1, 9),
-		"ops beyond data": binary.AppendUvarint(appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1})[:len(appendPlacement(nil, &placement{server: "x", capacity: 1, at: 1}))-1], 5),
+		"an empty add":    encodePlacement(&placement{server: "x", capacity: 1, at: 1, ops: []op{{kind: opAdd}}}),
+		"an unknown op":   append(encodePlacement(&placement{server: "x", capacity: 1, at: 1})[:5], 1, 9),
+		"ops beyond data": binary.AppendUvarint(encodePlacement(&placement{server: "x", capacity: 1, at: 1})[:len(encodePlacement(&placement{server: "x", capacity: 1, at: 1}))-1], 5),
 	}
 	for name, b := range bad {
 		if err := parsePlacement(&out, b); err == nil {
@@ -279,8 +279,8 @@ func TestPlacementRoundTripAndBounds(t *testing.T) {
 // encoded again, parses the same (a varint may be written longer than it needs);
 // nothing panics, and what parses is within the bounds.
 func FuzzParsePlacement(f *testing.F) {
-	f.Add(appendPlacement(nil, &placement{server: "llm/vllm-0", capacity: 256, at: 5, ops: []op{{kind: opAdd, ref: 3, hashes: hs(1, 2)}, {kind: opTouch, ref: 2, n: 2}}}))
-	f.Add(appendPlacement(nil, &placement{server: "x", capacity: 1, ops: []op{{kind: opOlder, hashes: hs(1, 0)}}}))
+	f.Add(encodePlacement(&placement{server: "llm/vllm-0", capacity: 256, at: 5, ops: []op{{kind: opAdd, ref: 3, hashes: hs(1, 2)}, {kind: opTouch, ref: 2, n: 2}}}))
+	f.Add(encodePlacement(&placement{server: "x", capacity: 1, ops: []op{{kind: opOlder, hashes: hs(1, 0)}}}))
 	f.Add([]byte{1, 1, 'x', 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var p placement
@@ -291,7 +291,7 @@ func FuzzParsePlacement(f *testing.F) {
 			t.Fatalf("a placement over the bounds parsed: cost %d, %d ops", p.cost(), len(p.ops))
 		}
 		var q placement
-		if err := parsePlacement(&q, appendPlacement(nil, &p)); err != nil || !reflect.DeepEqual(p, q) {
+		if err := parsePlacement(&q, encodePlacement(&p)); err != nil || !reflect.DeepEqual(p, q) {
 			t.Fatalf("re-encoded %+v parses as %+v (%v)", p, q, err)
 		}
 	})

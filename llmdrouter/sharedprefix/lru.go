@@ -36,8 +36,6 @@ func newServerLRU(name string, capacity int) *serverLRU {
 
 func (l *serverLRU) len() int { return len(l.pos) }
 
-func (l *serverLRU) full() bool { return len(l.pos) >= l.capacity }
-
 // mix spreads a block hash over 64 bits for the digest (splitmix64's finalizer):
 // the sum of mixed hashes changes with any block added or removed.
 func mix(h blockHash) uint64 {

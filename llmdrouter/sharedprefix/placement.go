@@ -99,8 +99,9 @@ func (p *placement) snapshotOnly() bool {
 	return false
 }
 
-func appendPlacement(dst []byte, p *placement) []byte {
-	dst = append(dst, placementVersion)
+// encodePlacement is p on the wire (parsePlacement reads it).
+func encodePlacement(p *placement) []byte {
+	dst := []byte{placementVersion}
 	dst = binary.AppendUvarint(dst, uint64(len(p.server)))
 	dst = append(dst, p.server...)
 	dst = binary.AppendUvarint(dst, uint64(p.capacity))

@@ -367,7 +367,7 @@ func (p *Plugin) PreRequest(ctx context.Context, request *fwksched.InferenceRequ
 // parent the last block of the part before; a touch of more blocks than a message
 // takes touches the latest of them).
 func (p *Plugin) record(server string, capacity int, hashes []blockHash, decided time.Time) {
-	ops := p.idx.route(server, capacity, hashes, nil)
+	ops := p.idx.route(server, capacity, hashes)
 	p.m.placements.WithLabelValues("local").Inc()
 	pl := placement{server: server, capacity: capacity, at: decided.UnixMicro()}
 	added, touched := 0, 0
@@ -403,7 +403,7 @@ func (p *Plugin) record(server string, capacity int, hashes []blockHash, decided
 
 // publish sends pl to the peers.
 func (p *Plugin) publish(pl *placement) {
-	msg := appendPlacement(nil, pl)
+	msg := encodePlacement(pl)
 	p.bc.Publish(msg)
 	p.m.placementBytes.Observe(float64(len(msg)))
 	p.published.Add(1)
@@ -542,7 +542,7 @@ func (p *Plugin) snapshot(emit func([]byte) bool) {
 		for len(pairs) > 0 {
 			n := min(len(pairs), maxHashesPerMessage)
 			pl := placement{server: server, capacity: capacity, ops: []op{{kind: opOlder, hashes: pairs[:n]}}}
-			if !emit(appendPlacement(nil, &pl)) {
+			if !emit(encodePlacement(&pl)) {
 				return false
 			}
 			pairs = pairs[n:]
