@@ -49,12 +49,15 @@ func startReplicas(t *testing.T, n int, syncerParams string) []*eppReplica {
 	return rs
 }
 
+// ep is the endpoint (namespace/name) the tests send requests to.
+const ep = "llm/vllm-0"
+
 // publish does what llm-d-router's cross-replica publisher does each interval: Set
-// the contributor's fresh local snapshot of the endpoint (its Supply).
-func (r *eppReplica) publish(t *testing.T, endpoint string) {
+// the contributor's fresh local snapshot of ep (its Supply).
+func (r *eppReplica) publish(t *testing.T) {
 	t.Helper()
 	spec := r.Inflight.CrossReplicaState()
-	if err := r.Syncer.Set(context.Background(), spec.StateKey, endpoint, spec.Supply(endpoint)()); err != nil {
+	if err := r.Syncer.Set(context.Background(), spec.StateKey, ep, spec.Supply(ep)()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -88,28 +91,30 @@ func (r *eppReplica) end(reqs []*fwksched.InferenceRequest) {
 }
 
 // load is what the runtime's attribute closure reads: Get with the contributor's
-// own Aggregate (whose type assertions must hold for the peers' values).
-func (r *eppReplica) load(endpoint string) (int64, bool) {
+// own Aggregate (whose type assertions must hold for the peers' values); -1 when
+// it has none.
+func (r *eppReplica) load() int64 {
 	spec := r.Inflight.CrossReplicaState()
-	v, ok, err := r.Syncer.Get(context.Background(), spec.StateKey, endpoint, spec.Aggregate)
+	v, ok, err := r.Syncer.Get(context.Background(), spec.StateKey, ep, spec.Aggregate)
 	if err != nil || !ok {
-		return -1, false
+		return -1
 	}
 	l := v.(*attrconcurrency.InFlightLoad)
-	return l.Requests, true
+	return l.Requests
 }
 
-func waitLoad(t *testing.T, rs []*eppReplica, endpoint string, want int64) {
+// waitLoad waits until every replica of rs reads want in-flight requests on ep.
+func waitLoad(t *testing.T, rs []*eppReplica, want int64) {
 	t.Helper()
 	wait.For(t, 10*time.Second, func() string {
 		var wrong []string
 		for _, r := range rs {
-			if got, _ := r.load(endpoint); got != want {
+			if got := r.load(); got != want {
 				wrong = append(wrong, fmt.Sprintf("%s=%d", r.Name, got))
 			}
 		}
 		if len(wrong) > 0 {
-			return fmt.Sprintf("%s: want %d in-flight requests on every replica, got %s", endpoint, want, strings.Join(wrong, " "))
+			return fmt.Sprintf("%s: want %d in-flight requests on every replica, got %s", ep, want, strings.Join(wrong, " "))
 		}
 		return ""
 	})
@@ -121,24 +126,23 @@ func waitLoad(t *testing.T, rs []*eppReplica, endpoint string, want int64) {
 // Aggregate.
 func TestInFlightLoadIsSummedAcrossReplicas(t *testing.T) {
 	rs := startReplicas(t, 3, `{"peerDiscoveryRef": "peer-discovery", "interval": "50ms"}`)
-	const ep = "llm/vllm-0"
 	var first []*fwksched.InferenceRequest
 	for i, r := range rs {
 		reqs := r.send(t, ep, i+1)
 		if i == 0 {
 			first = reqs
 		}
-		r.publish(t, ep)
+		r.publish(t)
 	}
-	waitLoad(t, rs, ep, 6)
+	waitLoad(t, rs, 6)
 	rs[0].end(first)
-	rs[0].publish(t, ep)
-	waitLoad(t, rs, ep, 5)
+	rs[0].publish(t)
+	waitLoad(t, rs, 5)
 	// Delete on replica 2 (the endpoint left its datastore): its share goes everywhere.
 	if err := rs[2].Syncer.Delete(context.Background(), rs[2].Inflight.CrossReplicaState().StateKey, ep); err != nil {
 		t.Fatal(err)
 	}
-	waitLoad(t, rs[:2], ep, 2)
+	waitLoad(t, rs[:2], 2)
 
 	// /debug/peer-sync on the discovery plugin's debug address: the values per
 	// replica, the aggregate, and the peers in sync.
@@ -174,22 +178,21 @@ func TestInFlightLoadIsSummedAcrossReplicas(t *testing.T) {
 // Set, blind to what it had just sent.
 func TestOwnLoadIsReadLive(t *testing.T) {
 	rs := startReplicas(t, 2, `{"peerDiscoveryRef": "peer-discovery", "interval": "1s"}`)
-	const ep = "llm/vllm-0"
 	rs[1].send(t, ep, 2)
 	for _, r := range rs {
-		r.publish(t, ep)
+		r.publish(t)
 	}
-	waitLoad(t, rs, ep, 2)
+	waitLoad(t, rs, 2)
 	reqs := rs[0].send(t, ep, 3)
-	if got, _ := rs[0].load(ep); got != 5 {
+	if got := rs[0].load(); got != 5 {
 		t.Errorf("just after 3 requests routed through it, the replica reads %d in flight, want 5 (its own 3 at once, its peer's 2)", got)
 	}
 	rs[0].end(reqs[:1])
-	if got, _ := rs[0].load(ep); got != 4 {
+	if got := rs[0].load(); got != 4 {
 		t.Errorf("just after one of them ended, the replica reads %d in flight, want 4", got)
 	}
-	rs[0].publish(t, ep) // the runtime's next interval: the peer gets the 2
-	waitLoad(t, rs[1:], ep, 4)
+	rs[0].publish(t) // the runtime's next interval: the peer gets the 2
+	waitLoad(t, rs[1:], 4)
 }
 
 // TestParametersAreChecked: what cannot work is refused at start-up, naming the
