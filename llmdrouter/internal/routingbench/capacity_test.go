@@ -57,8 +57,8 @@ func TestCapacityReportAndPlot(t *testing.T) {
 	for _, want := range []string{
 		"| one replica | 1 | 2000 [2000, 2000] µs | 500 [500, 500] | 1.00 [1.00, 1.00] |",
 		"| LocalSyncer (nothing shared) | 8 | 2100 [2100, 2100] µs | 476 [476, 476] | 0.95 [0.95, 0.95] |",
-		"| shared prefix index | 8 | 25", // 2500 µs, give or take the noise
-		": **missed** |", // 2000/2500 = 0.80, below 1/1.1
+		"| shared prefix index | 8 | 25",         // 2500 µs, give or take the noise
+		": **missed** |",                         // 2000/2500 = 0.80, below 1/1.1
 		"| 4.0% of a core | 20.0 | 400 of 400 |", // one replica: idle 0.04 of a core, 20 scrapes a second, every request answered
 		"| peer-syncer (in-flight load shared) | 3 | not measured: replica exited |",
 		"capacity-headline:begin",

@@ -89,7 +89,6 @@ func millis(v float64) string {
 	return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
 }
 
-
 // cells groups the results of kind and size by configuration and replica count,
 // in the bench's order of configurations.
 func (b *bench) cells(kind workload.Kind, size string) []cell {

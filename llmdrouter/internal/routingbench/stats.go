@@ -74,10 +74,10 @@ func values(rs []result, f func(result) float64) interval {
 
 // format writes the mean and, with two samples or more, the interval in brackets.
 func (iv interval) format(digits int) string {
-	switch {
-	case iv.n == 0:
+	switch iv.n {
+	case 0:
 		return "–"
-	case iv.n == 1:
+	case 1:
 		return fmt.Sprintf("%.*f (1 seed)", digits, iv.mean)
 	}
 	return fmt.Sprintf("%.*f [%.*f, %.*f]", digits, iv.mean, digits, iv.lo, digits, iv.hi)
