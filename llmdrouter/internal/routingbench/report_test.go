@@ -233,3 +233,28 @@ func TestCheckSharingCountsEveryPeer(t *testing.T) {
 		t.Errorf("no placement at all: %v", r.problems)
 	}
 }
+
+// TestHeadlineClaimsOnlyWhatRan: the smoke runs one seed, 3 replicas, and neither
+// shared-index-default nor 8 replicas; its headline says so, with no empty figure.
+func TestHeadlineClaimsOnlyWhatRan(t *testing.T) {
+	b := fakeBench(t, func(config string, _ int, _ uint64) float64 {
+		if config == "single" {
+			return 0.8
+		}
+		return 0.6
+	})
+	var kept []result
+	for _, r := range b.results {
+		if r.seed == 1 && (r.config == "single" || r.config == "local" || r.config == "shared-index") && (r.replicas == 1 || r.replicas == 3) {
+			kept = append(kept, r)
+		}
+	}
+	b.results, b.o.replicas = kept, []int{3}
+	got := b.headline()
+	want := "On the multi-turn workload that fits (1 seed), one replica hits the prompt cache 0.800 (1 seed) of the time; " +
+		"replicas that share the prefix index hit it 0.750 (1 seed) at 3 times as often as one replica does with state sync's profile (`active-request-scorer`); " +
+		"replicas that share nothing (`LocalSyncer`), 0.750 (1 seed) at 3. Each ratio"
+	if !strings.HasPrefix(got, want) {
+		t.Errorf("headline:\n%s\nwant it to begin:\n%s", got, want)
+	}
+}
