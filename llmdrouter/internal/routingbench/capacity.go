@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -35,12 +36,20 @@ import (
 // The capacity mode (routingbench capacity, make bench-capacity): what one more
 // request costs the EPP replicas, all of them together, at 1, 3 and 8 replicas.
 // The model servers answer at once (stubServer: the same API and metrics as
-// modelsim, no cost), so that the machine's CPU goes to the EPPs; open-loop load
-// comes at several rates, each for a window, between two idle windows as long; the
-// replicas' CPU is read from /proc/<pid>/stat (utime and stime, threads that
-// exited included). The marginal cost per request is the slope of the replicas'
-// CPU (cores) against the rate (requests a second), fitted over every window, idle
-// ones at rate 0, with its 95% interval.
+// modelsim, no cost), so that the machine's CPU goes to the EPPs. The replicas'
+// CPU is read from /proc/<pid>/stat (utime and stime, threads that exited
+// included) over windows of open-loop load at several rates, and idle ones (rate
+// 0). The marginal cost per request is the slope of the replicas' CPU (cores)
+// against the rate (requests a second), with its 95% interval.
+//
+// The machine drifts (other tenants, frequency) by more than the effect to
+// measure, so one replica, the reference, stays up for the whole bench, and every
+// other configuration runs beside it in a session of rounds: in each round, every
+// rate (idle included) in a shuffled order, one window on the reference and one on
+// the configuration, back to back, which goes first alternating. A round's
+// scaling efficiency is the reference's slope over the configuration's, both
+// fitted on that round's windows; the efficiency is the mean of the rounds', with
+// its interval. Drift slower than a round cancels out.
 
 type capacityOptions struct {
 	epp      string
@@ -48,6 +57,7 @@ type capacityOptions struct {
 	replicas []int
 	rates    []float64
 	window   time.Duration
+	rounds   int
 	servers  int
 	write    string
 	quote    []string
@@ -59,15 +69,16 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	fs := flag.NewFlagSet("capacity", flag.ExitOnError)
 	var o capacityOptions
 	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
-	configs := fs.String("configs", "single,local,peer,shared-index", "configurations (of run's): single runs 1 replica, the others --replicas")
+	configs := fs.String("configs", "single,local,peer,shared-index-default,shared-index", "configurations (of run's): single runs 1 replica (the reference every other one is paired with), the others --replicas")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
-	rates := fs.String("rates", "40,80,120,160", "open-loop request rates, in requests a second over every replica together (at least 3)")
-	fs.DurationVar(&o.window, "window", 8*time.Second, "each rate's window, and each idle window (one before the rates, one after)")
+	rates := fs.String("rates", "60,120,180", "open-loop request rates, in requests a second over every replica together (at least 2; with the idle windows, a slope has 3 points or more)")
+	fs.DurationVar(&o.window, "window", 2500*time.Millisecond, "each window (a rate's, or an idle one)")
+	fs.IntVar(&o.rounds, "rounds", 4, "rounds per configuration: each rate and an idle window, on the configuration and on the reference")
 	fs.IntVar(&o.servers, "servers", 8, "model servers (stubs that answer at once)")
 	fs.StringVar(&o.write, "write", "", "write the table into this markdown file, between the capacity-bench markers")
 	quote := fs.String("quote", "", "with --write, write the capacity headline also into these markdown files (comma-separated), between the capacity-headline markers")
 	fs.StringVar(&o.plot, "plot", "", "write the plot (SVG) of requests per core against replicas to this file")
-	fs.StringVar(&o.pprofDir, "pprof-dir", "", "write a CPU profile of the first replica at the highest rate of each configuration here (the EPP's /debug/pprof/profile)")
+	fs.StringVar(&o.pprofDir, "pprof-dir", "", "write a CPU profile of each replica of each configuration over its last window at the highest rate here, a file a replica (the EPP's /debug/pprof/profile; go tool pprof merges them)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -96,10 +107,12 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	switch {
 	case o.epp == "":
 		return o, errors.New("--epp: the EPP build is required (make build-llmd builds bin/epp-llmd)")
-	case len(o.rates) < 3:
-		return o, fmt.Errorf("--rates=%q: want at least 3 rates (a slope needs them)", *rates)
+	case len(o.rates) < 2:
+		return o, fmt.Errorf("--rates=%q: want at least 2 rates (with the idle windows, a slope per round needs 3 points)", *rates)
 	case o.window < time.Second:
 		return o, fmt.Errorf("--window=%v: want at least 1s", o.window)
+	case o.rounds < 2 || o.rounds > 30:
+		return o, fmt.Errorf("--rounds=%d: want 2 to 30 (an interval needs 2)", o.rounds)
 	case o.servers < 1 || o.servers > 100:
 		return o, fmt.Errorf("--servers=%d: want 1 to 100", o.servers)
 	}
@@ -113,6 +126,7 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 // (cores, every replica together), what was answered, and the EPP's picking times.
 type capacityPoint struct {
 	rate     float64
+	round    int
 	cores    float64
 	perCore  []float64 // each replica's cores
 	sent     int
@@ -126,8 +140,11 @@ type capacityResult struct {
 	config, title string
 	replicas      int
 	points        []capacityPoint
-	// scrapes is the model servers' /metrics requests per server and second, over
-	// every window.
+	// ref is the reference's windows of this configuration's session, the same
+	// rounds (none for the reference itself).
+	ref []capacityPoint
+	// scrapes is the model servers' /metrics requests per server and second from
+	// this configuration's replicas.
 	scrapes float64
 	failure string
 }
@@ -135,31 +152,55 @@ type capacityResult struct {
 // fit is the least-squares line of cores against rate over every window: its
 // slope (core-seconds per request: the marginal cost) with its 95% interval, and
 // its intercept (cores with no request).
-func (r capacityResult) fit() (slope interval, intercept float64) {
-	n := len(r.points)
+func (r capacityResult) fit() (slope interval, intercept float64) { return fitPoints(r.points) }
+
+func fitPoints(points []capacityPoint) (slope interval, intercept float64) {
+	n := len(points)
 	if n < 3 {
 		return interval{mean: math.NaN(), lo: math.NaN(), hi: math.NaN()}, math.NaN()
 	}
 	var sx, sy float64
-	for _, p := range r.points {
+	for _, p := range points {
 		sx += p.rate
 		sy += p.cores
 	}
 	mx, my := sx/float64(n), sy/float64(n)
 	var sxx, sxy float64
-	for _, p := range r.points {
+	for _, p := range points {
 		sxx += (p.rate - mx) * (p.rate - mx)
 		sxy += (p.rate - mx) * (p.cores - my)
 	}
 	b := sxy / sxx
 	a := my - b*mx
 	var sse float64
-	for _, p := range r.points {
+	for _, p := range points {
 		e := p.cores - (a + b*p.rate)
 		sse += e * e
 	}
 	half := tQuantile(n-2) * math.Sqrt(sse/float64(n-2)/sxx)
 	return interval{mean: b, lo: b - half, hi: b + half, n: n}, a
+}
+
+// efficiency is the scaling efficiency paired in time: per round, the reference's
+// slope over this configuration's, both fitted on that round's windows; their mean
+// with its interval (no samples without a reference).
+func (r capacityResult) efficiency() interval {
+	var ratios []float64
+	for k := 0; ; k++ {
+		mine, ref := inRound(r.points, k), inRound(r.ref, k)
+		if len(mine) == 0 || len(ref) == 0 {
+			break
+		}
+		s, _ := fitPoints(mine)
+		s1, _ := fitPoints(ref)
+		if s.mean > 0 {
+			ratios = append(ratios, s1.mean/s.mean)
+		}
+	}
+	if len(ratios) == 0 {
+		return interval{mean: math.NaN(), lo: math.NaN(), hi: math.NaN()}
+	}
+	return meanInterval(ratios)
 }
 
 // idle is the mean of the idle windows' cores, per replica.
@@ -178,12 +219,17 @@ func (r capacityResult) idle() float64 {
 	return sum / float64(k) / float64(r.replicas)
 }
 
-// top is the window of the highest rate.
+// top is the highest rate's windows together: their picking times and counts.
 func (r capacityResult) top() capacityPoint {
 	var best capacityPoint
 	for _, p := range r.points {
-		if p.rate >= best.rate {
-			best = p
+		switch {
+		case p.rate > best.rate:
+			best = capacityPoint{rate: p.rate, sent: p.sent, answered: p.answered, route: slices.Clone(p.route)}
+		case p.rate == best.rate && p.rate > 0:
+			best.sent += p.sent
+			best.answered += p.answered
+			best.route = append(best.route, p.route...)
 		}
 	}
 	return best
@@ -208,21 +254,7 @@ func capacityMain(args []string) error {
 	b := &bench{o: runOptions{epp: o.epp, servers: o.servers}, env: env, servers: stubs.byAddr, scrapeCounts: stubs.scrapes,
 		logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "routingbench capacity: "+f+"\n", a...) }}
 	start := time.Now()
-	var results []capacityResult
-	for _, c := range o.configs {
-		counts := o.replicas
-		if c.single {
-			counts = []int{1}
-		}
-		for _, n := range counts {
-			r, err := b.capacityRun(c, n, o, stubs)
-			if err != nil {
-				r.failure = err.Error()
-				b.logf("%s × %d: %v", c.title, n, err)
-			}
-			results = append(results, r)
-		}
-	}
+	results := b.capacitySessions(o, stubs)
 	md := capacityReport(o, results, time.Since(start))
 	fmt.Println(md)
 	if o.write != "" {
@@ -248,95 +280,247 @@ func capacityMain(args []string) error {
 	return nil
 }
 
-// capacityRun measures configuration c with n replicas.
-func (b *bench) capacityRun(c configuration, n int, o capacityOptions, stubs *stubFleet) (capacityResult, error) {
-	res := capacityResult{config: c.name, title: c.title, replicas: n}
+// capacitySessions starts the reference (one replica, when --configs has single)
+// and runs every other configuration and replica count in a session beside it.
+// The reference's result, first, holds its windows of every session.
+func (b *bench) capacitySessions(o capacityOptions, stubs *stubFleet) []capacityResult {
+	type subject struct {
+		c configuration
+		n int
+	}
+	var subjects []subject
+	var refConfig *configuration
+	for _, c := range o.configs {
+		switch {
+		case c.name == "single" && refConfig == nil:
+			refConfig = &c
+		case c.single:
+			subjects = append(subjects, subject{c, 1})
+		default:
+			for _, n := range o.replicas {
+				subjects = append(subjects, subject{c, n})
+			}
+		}
+	}
+	var results []capacityResult
+	var ref *fleet
+	var refRes capacityResult
+	if refConfig != nil {
+		refRes = capacityResult{config: refConfig.name, title: refConfig.title, replicas: 1}
+		f, err := b.startFleet(*refConfig, 1, stubs)
+		if err != nil {
+			refRes.failure = err.Error()
+			b.logf("%s × 1: %v", refConfig.title, err)
+		} else {
+			ref = f
+			defer ref.stop()
+			// The reference's own scrapes, measured alone, are taken off each
+			// session's.
+			s0, t0 := stubs.total(), time.Now()
+			time.Sleep(o.window)
+			ref.scrapes = float64(stubs.total()-s0) / time.Since(t0).Seconds()
+			refRes.scrapes = ref.scrapes / float64(o.servers)
+			if len(subjects) == 0 {
+				if err := b.capacitySession(o, stubs, 0, nil, ref, &refRes); err != nil {
+					refRes.failure = err.Error()
+				}
+			}
+		}
+	}
+	for i, s := range subjects {
+		res := capacityResult{config: s.c.name, title: s.c.title, replicas: s.n}
+		f, err := b.startFleet(s.c, s.n, stubs)
+		if err == nil {
+			err = b.capacitySession(o, stubs, i+1, ref, f, &res)
+			f.stop()
+		}
+		if err != nil {
+			res.failure = err.Error()
+			b.logf("%s × %d: %v", s.c.title, s.n, err)
+		}
+		refRes.points = append(refRes.points, res.ref...)
+		results = append(results, res)
+	}
+	if refConfig != nil {
+		results = append([]capacityResult{refRes}, results...)
+	}
+	return results
+}
+
+// fleet is one configuration's replicas, up for the bench (the reference) or for
+// one session.
+type fleet struct {
+	c       configuration
+	procs   []*eppProc
+	clients []*extproc.Client
+	bodies  []capacityRequest
+	next    int
+	// scrapes is the fleet's /metrics requests a second, every server together
+	// (the reference's, measured alone).
+	scrapes float64
+	stop    func()
+}
+
+// startFleet starts configuration c with n replicas, each replica listing the
+// others, and waits until they are ready, in sync and warm.
+func (b *bench) startFleet(c configuration, n int, stubs *stubFleet) (*fleet, error) {
+	f := &fleet{c: c}
+	var undo []func()
+	f.stop = func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		undo = nil
+	}
 	ctx := context.Background()
 	reps := make([]*eppreplica.Replica, n)
 	for i := range reps {
 		reps[i] = eppreplica.New(i)
 	}
-	ns, err := b.env.CreateNamespace(ctx, "capacity-"+c.name, nil)
+	ns, err := b.env.CreateNamespace(ctx, fmt.Sprintf("capacity-%s-%d", c.name, n), nil)
 	if err != nil {
-		return res, err
+		return nil, err
 	}
-	defer func() { _ = b.env.Clientset.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) }()
+	undo = append(undo, func() { _ = b.env.Clientset.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{}) })
+	fail := func(err error) (*fleet, error) {
+		f.stop()
+		return nil, err
+	}
 	if _, err := eppreplica.ModelServerPods(ctx, b.env.Clientset, ns, stubs.ips); err != nil {
-		return res, err
+		return fail(err)
 	}
 	home, err := os.MkdirTemp("", "routingbench-capacity-")
 	if err != nil {
-		return res, err
+		return fail(err)
 	}
-	defer func() { _ = os.RemoveAll(home) }()
+	undo = append(undo, func() { _ = os.RemoveAll(home) })
 	scrapes0 := b.scrapes()
 	procs, err := b.startReplicas(ns, home, reps, c.config)
-	defer stopReplicas(procs)
+	undo = append(undo, func() { stopReplicas(procs) })
 	if err != nil {
-		return res, err
+		return fail(err)
 	}
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
 	if err := eppreplica.WriteSyncSlices(ctx, b.env.Clientset, ns, reps, all, "routingbench"); err != nil {
-		return res, err
+		return fail(err)
 	}
 	if err := b.waitReady(c, procs, scrapes0); err != nil {
-		return res, err
+		return fail(err)
 	}
 	time.Sleep(2 * time.Second) // the start's work done
-	bodies, err := capacityBodies(o, c.name, n)
+	f.procs = procs
+	for _, p := range procs {
+		f.clients = append(f.clients, p.client)
+	}
+	return f, nil
+}
+
+// window runs one window of the fleet: idle (rate 0) or rate requests a second of
+// its next bodies.
+func (f *fleet) window(rate float64, w time.Duration, stubs *stubFleet) (capacityPoint, error) {
+	if rate == 0 {
+		return cpuWindow(f.procs, w, nil)
+	}
+	count := int(rate * w.Seconds())
+	if f.next+count > len(f.bodies) {
+		return capacityPoint{}, fmt.Errorf("%.0f req/s: %d requests wanted, %d left of the session's", rate, count, len(f.bodies)-f.next)
+	}
+	reqs := f.bodies[f.next : f.next+count]
+	f.next += count
+	p, err := cpuWindow(f.procs, w, func() capacityPoint { return sendOpenLoop(f.clients, stubs, reqs, rate, w) })
 	if err != nil {
-		return res, err
+		return p, err
 	}
-	clients := make([]*extproc.Client, n)
-	for i, p := range procs {
-		clients[i] = p.client
+	p.rate = rate
+	if p.answered < p.sent {
+		return p, fmt.Errorf("%.0f req/s: %d of %d requests answered", rate, p.answered, p.sent)
 	}
-	scrapeStart, began := stubs.total(), time.Now()
-	idle := func() error {
-		p, err := cpuWindow(procs, o.window, nil)
-		if err != nil {
+	return p, nil
+}
+
+// capacitySession runs --rounds rounds of sub beside ref (nil: alone): in each,
+// every rate and an idle window in an order shuffled per round, a window on each
+// fleet back to back, which goes first alternating. sub's windows go into
+// res.points, ref's into res.ref.
+func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int, ref, sub *fleet, res *capacityResult) error {
+	perRound := 0
+	for _, r := range o.rates {
+		perRound += int(r * o.window.Seconds())
+	}
+	n := len(sub.procs)
+	var err error
+	if sub.bodies, err = capacityBodies(o.rounds*perRound, salt("capacity", sub.c.name, n)); err != nil {
+		return err
+	}
+	sub.next = 0
+	if ref != nil {
+		if ref.bodies, err = capacityBodies(o.rounds*perRound, salt("capacity reference", sub.c.name, n)); err != nil {
 			return err
 		}
-		res.points = append(res.points, p)
-		return nil
+		ref.next = 0
 	}
-	if err := idle(); err != nil {
-		return res, err
+	levels := append([]float64{0}, o.rates...)
+	rng := rand.New(rand.NewPCG(uint64(session), 39))
+	scrapes0, began := stubs.total(), time.Now()
+	for k := range o.rounds {
+		for j, li := range rng.Perm(len(levels)) {
+			rate := levels[li]
+			pair := []*fleet{sub, ref}
+			if (k+j)%2 == 1 {
+				pair[0], pair[1] = ref, sub
+			}
+			for _, f := range pair {
+				if f == nil {
+					continue
+				}
+				if o.pprofDir != "" && rate == o.rates[len(o.rates)-1] && k == o.rounds-1 {
+					for i, p := range f.procs {
+						go profile(p, o.window, filepath.Join(o.pprofDir, fmt.Sprintf("%s-%d-r%d.pprof", f.c.name, len(f.procs), i)), b.logf)
+					}
+				}
+				p, err := f.window(rate, o.window, stubs)
+				if err != nil {
+					return fmt.Errorf("%s × %d, round %d: %w", f.c.title, len(f.procs), k+1, err)
+				}
+				p.round = k
+				if f == sub {
+					res.points = append(res.points, p)
+				} else {
+					res.ref = append(res.ref, p)
+				}
+			}
+		}
+		mine, _ := fitPoints(inRound(res.points, k))
+		line := fmt.Sprintf("%s × %d, round %d: %.0f µs of CPU per request, every replica together", sub.c.title, n, k+1, 1e6*mine.mean)
+		if ref != nil {
+			r1, _ := fitPoints(inRound(res.ref, k))
+			line += fmt.Sprintf("; the reference %.0f µs (scaling efficiency %.2f)", 1e6*r1.mean, r1.mean/mine.mean)
+		}
+		b.logf("%s", line)
 	}
-	next := 0
-	for i, rate := range o.rates {
-		count := int(rate * o.window.Seconds())
-		if next+count > len(bodies) {
-			next = 0
-		}
-		load := func() capacityPoint { return sendOpenLoop(clients, stubs, bodies[next:next+count], rate, o.window) }
-		if o.pprofDir != "" && i == len(o.rates)-1 {
-			go profile(procs[0], o.window, filepath.Join(o.pprofDir, fmt.Sprintf("%s-%d.pprof", c.name, n)), b.logf)
-		}
-		p, err := cpuWindow(procs, o.window, load)
-		if err != nil {
-			return res, err
-		}
-		p.rate = rate
-		next += count
-		res.points = append(res.points, p)
-		b.logf("%s × %d: %.0f req/s: %d of %d answered, %.1f%% of a core in all, picking p99 %v",
-			c.title, n, rate, p.answered, p.sent, 100*p.cores, percentile(sorted(p.route), 0.99).Round(100*time.Microsecond))
-		if p.answered < p.sent {
-			return res, fmt.Errorf("%.0f req/s: %d of %d requests answered", rate, p.answered, p.sent)
-		}
+	other := 0.0
+	if ref != nil && ref != sub {
+		other = ref.scrapes
 	}
-	if err := idle(); err != nil {
-		return res, err
-	}
-	res.scrapes = float64(stubs.total()-scrapeStart) / time.Since(began).Seconds() / float64(o.servers)
+	res.scrapes = (float64(stubs.total()-scrapes0)/time.Since(began).Seconds() - other) / float64(o.servers)
 	slope, _ := res.fit()
-	b.logf("%s × %d: idle %.2f%% of a core per replica; %s µs of CPU per request, every replica together; %.1f scrapes a second per model server",
-		c.title, n, 100*res.idle(), slope.scaled(1e6).format(0), res.scrapes)
-	return res, nil
+	b.logf("%s × %d: idle %.2f%% of a core per replica; %s µs of CPU per request, every replica together; scaling efficiency %s; %.1f scrapes a second per model server",
+		sub.c.title, n, 100*res.idle(), slope.scaled(1e6).format(0), res.efficiency().format(2), res.scrapes)
+	return nil
+}
+
+// inRound is the windows of round k.
+func inRound(ps []capacityPoint, k int) []capacityPoint {
+	var out []capacityPoint
+	for _, p := range ps {
+		if p.round == k {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func (iv interval) scaled(f float64) interval {
@@ -381,22 +565,18 @@ func cpuWindow(procs []*eppProc, window time.Duration, load func() capacityPoint
 	return p, nil
 }
 
-// capacityBodies are the requests of the capacity runs: the multi-turn workload's
-// turns, conversation by conversation in rounds (every conversation's first turn,
-// then every second turn...), so that a turn comes after the one before it and the
-// shared index gets new blocks and touches as in the routing runs; their text is
-// the configuration's own, so no run reuses another's prefixes.
-func capacityBodies(o capacityOptions, config string, n int) ([]capacityRequest, error) {
+// capacityBodies are count requests of the multi-turn workload, conversation by
+// conversation in rounds (every conversation's first turn, then every second
+// turn...), so that a turn comes after the one before it and the shared index gets
+// new blocks and touches as in the routing runs; their text is salted, so no
+// session reuses another's prefixes.
+func capacityBodies(count int, textSalt uint64) ([]capacityRequest, error) {
 	spec, err := preset(workload.MultiTurn, sizeFits, 1)
 	if err != nil {
 		return nil, err
 	}
-	total := 0
-	for _, r := range o.rates {
-		total += int(r * o.window.Seconds())
-	}
-	spec.Count = total/spec.Turns + 1
-	convs, err := workload.Generate(spec, 1, salt("capacity", config, n))
+	spec.Count = count/spec.Turns + 1
+	convs, err := workload.Generate(spec, 1, textSalt)
 	if err != nil {
 		return nil, err
 	}
@@ -614,12 +794,15 @@ func capacityReport(o capacityOptions, results []capacityResult, took time.Durat
 	for _, r := range o.rates {
 		rates = append(rates, fmt.Sprintf("%g", r))
 	}
-	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by `make bench-capacity` in %v: the real EPP build (`bin/epp-llmd`) on a real API server, %d model servers that answer at once (the API and metrics of `modelsim`, no queue and no cost: the machine's CPU goes to the EPPs), the multi-turn workload's requests (each configuration's own text) sent open-loop at %s requests a second in all, spread over the replicas in turn, each for %v, between an idle window as long before and one after. CPU: every replica's utime and stime (`/proc/<pid>/stat`, threads that exited included) over each window. The marginal cost is the slope of the replicas' CPU (every replica together) against the rate, fitted over every window (the idle ones at rate 0), with its 95%% interval: what one more request routed anywhere costs the fleet. Requests per core: its inverse. Scaling efficiency: one replica's marginal cost over the fleet's (1.0: more replicas cost nothing more per request; the target with the shared index at 8 replicas is at least %.2f). Picking p99: the time the EPP took to pick a server (the ext_proc exchange until its answer) at the highest rate. Idle: per replica, what the replicas use with no request: the model servers' metrics scraped, discovery, and with peer-syncer its pushes and heartbeats, with the shared index its broadcast. Scrapes: the `/metrics` requests each model server gets a second (every replica scrapes every server).\n\n",
+	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by `make bench-capacity` in %v: the real EPP build (`bin/epp-llmd`) on a real API server, %d model servers that answer at once (the API and metrics of `modelsim`, no queue and no cost: the machine's CPU goes to the EPPs), the multi-turn workload's requests (each run's own text) sent open-loop at %s requests a second in all, spread over the replicas in turn. "+
+		"One replica, the reference, is up for the whole bench, and each other configuration runs beside it in %d rounds: in each round, every rate and an idle window, in a shuffled order, %v on the configuration and %v on the reference, back to back, which goes first alternating; so the machine's drift, which is larger here than the effect to measure, falls on both alike. "+
+		"CPU: every replica's utime and stime (`/proc/<pid>/stat`, threads that exited included) over each window. The marginal cost is the slope of the replicas' CPU (every replica together) against the rate, fitted over every window (the idle ones at rate 0), with its 95%% interval: what one more request routed anywhere costs the fleet. Requests per core: its inverse. "+
+		"Scaling efficiency: per round, the reference's marginal cost over the configuration's (each fitted on that round's windows), the mean over the rounds with its 95%% interval (1.0: more replicas cost nothing more per request; the target with the shared index at 8 replicas is at least %.2f, met when the interval's lower end clears it). "+
+		"Picking p99: the time the EPP took to pick a server (the ext_proc exchange until its answer) at the highest rate. Idle: per replica, what the replicas use with no request: the model servers' metrics scraped, discovery, and with peer-syncer its pushes and heartbeats, with the shared index its broadcast. Scrapes: the `/metrics` requests each model server gets a second from the configuration's replicas (every replica scrapes every server).\n\n",
 		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, took.Round(time.Second),
-		o.servers, strings.Join(rates, ", "), o.window, 1/targetMarginal)
-	sb.WriteString("| configuration | replicas | marginal CPU per request, every replica | requests per core | scaling efficiency | picking p99 at the highest rate | idle CPU per replica | scrapes per server and second | answered |\n")
+		o.servers, strings.Join(rates, ", "), o.rounds, o.window, o.window, 1/targetMarginal)
+	sb.WriteString("| configuration | replicas | marginal CPU per request, every replica | requests per core | scaling efficiency (paired with the reference) | picking p99 at the highest rate | idle CPU per replica | scrapes per server and second | answered |\n")
 	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-	one := findCapacity(results, "single", 1)
 	for _, r := range results {
 		if r.failure != "" {
 			fmt.Fprintf(&sb, "| %s | %d | not measured: %s | | | | | | |\n", r.title, r.replicas, firstLine(r.failure))
@@ -629,11 +812,12 @@ func capacityReport(o capacityOptions, results []capacityResult, took time.Durat
 		us := slope.scaled(1e6)
 		perCore := fmt.Sprintf("%.0f [%.0f, %.0f]", 1/slope.mean, 1/slope.hi, 1/slope.lo)
 		eff := "–"
-		if one != nil && one.failure == "" {
-			s1, _ := one.fit()
-			e := interval{mean: s1.mean / slope.mean, lo: s1.mean / slope.hi, hi: s1.mean / slope.lo, n: slope.n}
+		switch e := r.efficiency(); {
+		case r.config == "single" && r.replicas == 1:
+			eff = "the reference"
+		case e.n > 0:
 			eff = e.format(2)
-			if r.config == "shared-index" && r.replicas == 8 {
+			if (r.config == "shared-index" || r.config == "shared-index-default") && r.replicas == 8 {
 				eff += ": " + e.shown(1/targetMarginal)
 			}
 		}
@@ -669,7 +853,9 @@ func findCapacity(results []capacityResult, config string, n int) *capacityResul
 	return nil
 }
 
-// capacityHeadline is what active-active buys in capacity, as the README says it.
+// capacityHeadline is what active-active buys in capacity, as the README says it:
+// the shared index's replicas on both profiles, and LocalSyncer's (sharing
+// nothing) for what more replicas cost without it.
 func capacityHeadline(results []capacityResult) string {
 	one := findCapacity(results, "single", 1)
 	if one == nil || one.failure != "" {
@@ -677,19 +863,29 @@ func capacityHeadline(results []capacityResult) string {
 	}
 	s1, _ := one.fit()
 	var parts []string
-	for _, r := range results {
-		if r.config != "shared-index" || r.failure != "" {
-			continue
+	for _, c := range []struct{ config, says string }{
+		{"shared-index-default", "sharing the index on upstream's default profile"},
+		{"shared-index", "sharing the index with state sync's profile"},
+		{"local", "sharing nothing (`LocalSyncer`)"},
+	} {
+		var at []string
+		for _, r := range results {
+			e := r.efficiency()
+			if r.config != c.config || r.failure != "" || e.n < 2 {
+				continue
+			}
+			n := float64(r.replicas)
+			at = append(at, fmt.Sprintf("%d give %.1f× [%.1f, %.1f]", r.replicas, n*e.mean, n*e.lo, n*e.hi))
 		}
-		s, _ := r.fit()
-		parts = append(parts, fmt.Sprintf("%d replicas sharing the index give %.1f× one replica's capacity (a scaling efficiency of %.2f [%.2f, %.2f])",
-			r.replicas, float64(r.replicas)*s1.mean/s.mean, s1.mean/s.mean, s1.mean/s.hi, s1.mean/s.lo))
+		if len(at) > 0 {
+			parts = append(parts, fmt.Sprintf("replicas %s: %s", c.says, strings.Join(at, " and ")))
+		}
 	}
 	if len(parts) == 0 {
 		return "Capacity: not measured."
 	}
-	return fmt.Sprintf("Capacity: one replica routes %.0f requests a second per core of EPP; %s: each replica costs the fleet its own requests plus what it merges and pushes of the others'.",
-		1/s1.mean, strings.Join(parts, "; "))
+	return fmt.Sprintf("Capacity: one replica routes %.0f requests a second per core of EPP. Against it, paired in time, %s one replica's capacity (95%% intervals; %.2f× N is the target at 8 replicas sharing the index).",
+		1/s1.mean, strings.Join(parts, "; "), 1/targetMarginal)
 }
 
 // capacityPlot is requests per core of EPP (the fleet's, at the marginal cost)

@@ -12,15 +12,19 @@ import (
 )
 
 // fakeCapacity is a configuration whose replicas use idle cores with no request
-// and perRequest core-seconds per request more, with the given noise per window.
+// and perRequest core-seconds per request more, with the given noise per window,
+// in two rounds of an idle window and three rates.
 func fakeCapacity(config, title string, n int, idle, perRequest float64, noise []float64) capacityResult {
-	r := capacityResult{config: config, title: title, replicas: n, scrapes: 20 * float64(n)}
-	rates := []float64{0, 40, 80, 120, 160, 0}
-	for i, rate := range rates {
-		r.points = append(r.points, capacityPoint{rate: rate, cores: idle + perRequest*rate + noise[i], sent: int(rate), answered: int(rate),
+	return capacityResult{config: config, title: title, replicas: n, scrapes: 20, points: fakeRounds(n, idle, perRequest, noise)}
+}
+
+func fakeRounds(n int, idle, perRequest float64, noise []float64) []capacityPoint {
+	var ps []capacityPoint
+	for i, rate := range []float64{0, 40, 80, 120, 0, 40, 80, 120} {
+		ps = append(ps, capacityPoint{rate: rate, round: i / 4, cores: idle + perRequest*rate + noise[i%len(noise)], sent: int(rate), answered: int(rate),
 			route: []time.Duration{time.Duration(n) * time.Millisecond}})
 	}
-	return r
+	return ps
 }
 
 // TestCapacityFitIsTheSlope: the marginal cost is the slope of cores against the
@@ -28,7 +32,7 @@ func fakeCapacity(config, title string, n int, idle, perRequest float64, noise [
 func TestCapacityFitIsTheSlope(t *testing.T) {
 	r := fakeCapacity("single", "one replica", 1, 0.05, 0.002, []float64{0.001, -0.002, 0.002, -0.001, 0.001, -0.001})
 	slope, intercept := r.fit()
-	if math.Abs(slope.mean-0.002) > 5e-5 || !slope.includes(0.002) || slope.n != 6 {
+	if math.Abs(slope.mean-0.002) > 5e-5 || !slope.includes(0.002) || slope.n != 8 {
 		t.Fatalf("slope %+v, want about 0.002 core-seconds a request within its interval", slope)
 	}
 	if math.Abs(intercept-0.05) > 0.003 {
@@ -39,30 +43,55 @@ func TestCapacityFitIsTheSlope(t *testing.T) {
 	}
 }
 
+// TestEfficiencyIsPairedByRound: a drift that raises both fleets' cost in one
+// round cancels out of the efficiency, as it would not from the two pooled slopes.
+func TestEfficiencyIsPairedByRound(t *testing.T) {
+	ref := fakeRounds(1, 0.04, 0.002, []float64{0})
+	sub := fakeRounds(8, 0.3, 0.0025, []float64{0})
+	for i := range ref { // round 2 on a machine 1.5 times slower, for both
+		if ref[i].round == 1 {
+			ref[i].cores *= 1.5
+			sub[i].cores *= 1.5
+		}
+	}
+	r := capacityResult{config: "shared-index", replicas: 8, points: sub, ref: ref}
+	e := r.efficiency()
+	if e.n != 2 || math.Abs(e.mean-0.8) > 1e-9 || math.Abs(e.lo-0.8) > 1e-9 {
+		t.Fatalf("efficiency %+v, want exactly 0.80 in both rounds", e)
+	}
+	if _, err := parseCapacityOptions([]string{"--epp=" + os.Args[0], "--rounds=1"}); err == nil || !strings.Contains(err.Error(), "--rounds=1") {
+		t.Errorf("--rounds=1: got %v, want an error naming it", err)
+	}
+}
+
 func TestCapacityReportAndPlot(t *testing.T) {
 	o, err := parseCapacityOptions([]string{"--epp=" + os.Args[0]})
 	if err != nil {
 		t.Fatal(err)
 	}
 	quiet := []float64{0, 0, 0, 0, 0, 0}
+	paired := func(r capacityResult) capacityResult {
+		r.ref = fakeRounds(1, 0.04, 0.0020, quiet)
+		return r
+	}
 	results := []capacityResult{
 		fakeCapacity("single", "one replica", 1, 0.04, 0.0020, quiet),
-		fakeCapacity("local", "LocalSyncer (nothing shared)", 3, 0.12, 0.0020, quiet),
-		fakeCapacity("local", "LocalSyncer (nothing shared)", 8, 0.32, 0.0021, quiet),
-		fakeCapacity("shared-index", "shared prefix index", 3, 0.15, 0.0022, []float64{0.001, -0.001, 0.002, -0.002, 0.001, -0.001}),
-		fakeCapacity("shared-index", "shared prefix index", 8, 0.40, 0.0025, []float64{0.002, -0.002, 0.003, -0.003, 0.002, -0.002}),
+		paired(fakeCapacity("local", "LocalSyncer (nothing shared)", 3, 0.12, 0.0020, quiet)),
+		paired(fakeCapacity("local", "LocalSyncer (nothing shared)", 8, 0.32, 0.0021, quiet)),
+		paired(fakeCapacity("shared-index", "shared prefix index", 3, 0.15, 0.0022, []float64{0.001, -0.001, 0.002, -0.002})),
+		paired(fakeCapacity("shared-index", "shared prefix index", 8, 0.40, 0.0025, []float64{0.002, -0.002, 0.003, -0.003})),
 		{config: "peer", title: "peer-syncer (in-flight load shared)", replicas: 3, failure: "replica exited\nits output"},
 	}
 	md := capacityReport(o, results, time.Minute)
 	for _, want := range []string{
-		"| one replica | 1 | 2000 [2000, 2000] µs | 500 [500, 500] | 1.00 [1.00, 1.00] |",
+		"| one replica | 1 | 2000 [2000, 2000] µs | 500 [500, 500] | the reference |",
 		"| LocalSyncer (nothing shared) | 8 | 2100 [2100, 2100] µs | 476 [476, 476] | 0.95 [0.95, 0.95] |",
-		"| shared prefix index | 8 | 25",         // 2500 µs, give or take the noise
+		"| shared prefix index | 8 | 24",         // 2500 µs, less the noise
 		": **missed** |",                         // 2000/2500 = 0.80, below 1/1.1
-		"| 4.0% of a core | 20.0 | 400 of 400 |", // one replica: idle 0.04 of a core, 20 scrapes a second, every request answered
+		"| 4.0% of a core | 20.0 | 480 of 480 |", // one replica: idle 0.04 of a core, 20 scrapes a second, every request answered
 		"| peer-syncer (in-flight load shared) | 3 | not measured: replica exited |",
 		"capacity-headline:begin",
-		"Capacity: one replica routes 500 requests a second per core of EPP; 3 replicas sharing the index give 2.7× one replica's capacity",
+		"Capacity: one replica routes 500 requests a second per core of EPP. Against it, paired in time, replicas sharing the index with state sync's profile: 3 give 2.7× [",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the capacity report lacks %q:\n%s", want, md)
@@ -82,7 +111,7 @@ func TestCapacityReportAndPlot(t *testing.T) {
 			lines++
 		}
 	}
-	if lines != 3 { // local, peer (one point: the single replica's), shared-index
-		t.Errorf("%d lines in the plot, want 3", lines)
+	if lines != 4 { // local, peer and shared-index-default (one point: the single replica's), shared-index
+		t.Errorf("%d lines in the plot, want 4", lines)
 	}
 }
