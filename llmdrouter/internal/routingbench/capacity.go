@@ -501,8 +501,8 @@ func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int
 		}
 		b.logf("%s", line)
 	}
-	other := 0.0
-	if ref != nil && ref != sub {
+	other := 0.0 // the reference's scrapes, measured alone (none when sub runs alone)
+	if ref != nil {
 		other = ref.scrapes
 	}
 	res.scrapes = (float64(stubs.total()-scrapes0)/time.Since(began).Seconds() - other) / float64(o.servers)
