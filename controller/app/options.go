@@ -135,15 +135,8 @@ const ProbeIntervalEnv = reachability.IntervalEnv
 const MinProbeInterval = reachability.MinInterval
 
 func probeIntervalFromEnv(getenv func(string) string) (time.Duration, error) {
-	v := getenv(ProbeIntervalEnv)
-	if v == "" {
-		return 0, nil
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		return 0, fmt.Errorf("%s=%q: not a duration (e.g. 5s, or 0 for off)", ProbeIntervalEnv, v)
-	}
-	return d, nil
+	d, _, err := reachability.IntervalFromEnv(getenv)
+	return d, err
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {
@@ -162,8 +155,8 @@ func (o *Options) complete(sources *discovery.Flags, getenv func(string) string,
 		return usageError(err)
 	}
 	o.PoolNamespace = ns
-	if o.ProbeInterval < 0 || (o.ProbeInterval > 0 && o.ProbeInterval < MinProbeInterval) {
-		return usageErrorf("--epp-peer-probe-interval=%v: want 0 (off) or at least %v", o.ProbeInterval, MinProbeInterval)
+	if err := reachability.CheckInterval(o.ProbeInterval); err != nil {
+		return usageErrorf("--epp-peer-probe-interval=%v: %v", o.ProbeInterval, err)
 	}
 	selected, values := sources.Selected()
 	if !o.EnablePeerDiscovery {

@@ -35,6 +35,32 @@ const IntervalEnv = "EPP_PEER_PROBE_INTERVAL"
 // parameters, the chart's schema, the Terraform module's validation.
 const MinInterval = 100 * time.Millisecond
 
+// CheckInterval is the one rule of a probe interval, whichever way it comes (the
+// binary's flag, the EPP plugin's parameter, IntervalEnv for either): 0 is off,
+// anything else at least MinInterval. The error says what is wanted; the caller
+// names the flag, parameter or variable.
+func CheckInterval(d time.Duration) error {
+	if d == 0 || d >= MinInterval {
+		return nil
+	}
+	return fmt.Errorf("want 0 (off) or at least %v", MinInterval)
+}
+
+// IntervalFromEnv reads IntervalEnv through getenv: set reports whether it is set
+// (unset is off). A value that is not a duration is an error that names the
+// variable; its range is CheckInterval's.
+func IntervalFromEnv(getenv func(string) string) (d time.Duration, set bool, err error) {
+	v := getenv(IntervalEnv)
+	if v == "" {
+		return 0, false, nil
+	}
+	d, err = time.ParseDuration(v)
+	if err != nil {
+		return 0, true, fmt.Errorf("%s=%q: not a duration (e.g. 5s, or 0 for off)", IntervalEnv, v)
+	}
+	return d, true, nil
+}
+
 // Defaults of Options.
 const (
 	DefaultMaxRate = 20.0 // probes per second, all peers together

@@ -174,8 +174,9 @@ type Extras struct {
 	// EPP_PEER_DEBUG_ADDRESS.
 	DebugAddress string `json:"debugAddress,omitempty"`
 	// ProbeInterval, if set, probes every peer's peer-sync port (a TCP connect)
-	// about this often, jittered, and shows reachability in /debug/peers; at least
-	// 100ms. Env EPP_PEER_PROBE_INTERVAL.
+	// about this often, jittered, and shows reachability in /debug/peers; 0 is off,
+	// anything else at least 100ms (reachability.CheckInterval, as the binary's
+	// --epp-peer-probe-interval). Env EPP_PEER_PROBE_INTERVAL.
 	ProbeInterval *params.Duration `json:"probeInterval,omitempty"`
 	// PeerSyncAddress, if set, is listened on (":9005") and each connection answered
 	// with one line naming the replica, so that its peers' probes find it reachable
@@ -207,18 +208,18 @@ func (e *Extras) resolve() error {
 		return err
 	}
 	if e.ProbeInterval == nil {
-		if v := getenv(reachability.IntervalEnv); v != "" {
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return fmt.Errorf("invalid %s=%q: not a duration (e.g. 5s)", reachability.IntervalEnv, v)
-			}
+		d, set, err := reachability.IntervalFromEnv(getenv)
+		if err != nil {
+			return fmt.Errorf("invalid %w", err)
+		}
+		if set {
 			e.ProbeInterval = &params.Duration{Duration: d}
-			if d < reachability.MinInterval {
-				return fmt.Errorf("invalid %s=%q: want at least %v", reachability.IntervalEnv, v, reachability.MinInterval)
+			if err := reachability.CheckInterval(d); err != nil {
+				return fmt.Errorf("invalid %s=%q: %w", reachability.IntervalEnv, getenv(reachability.IntervalEnv), err)
 			}
 		}
-	} else if e.ProbeInterval.Duration < reachability.MinInterval {
-		return fmt.Errorf("invalid probeInterval=%q: want at least %v", e.ProbeInterval, reachability.MinInterval)
+	} else if err := reachability.CheckInterval(e.ProbeInterval.Duration); err != nil {
+		return fmt.Errorf("invalid probeInterval=%q: %w", e.ProbeInterval, err)
 	}
 	return nil
 }

@@ -122,6 +122,56 @@ func TestParametersAreValidatedLikeFlags(t *testing.T) {
 	}
 }
 
+// TestProbeIntervalMeansTheSameEverywhere: one probe interval, through the
+// binary's flag and the variable, or the plugin's parameter and the variable,
+// means the same: off, on, or refused. (0 used to be off for the binary and an
+// error for the plugin.)
+func TestProbeIntervalMeansTheSameEverywhere(t *testing.T) {
+	peerdiscovery.Register()
+	const off, on, refused = "off", "on", "refused"
+	for _, tc := range []struct{ value, want string }{
+		{"0", off}, {"0s", off}, {"100ms", on}, {"2s", on}, {"50ms", refused}, {"-1s", refused}, {"5", refused},
+	} {
+		base := []string{"POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns"}
+		binary := func(args []string, kv ...string) string {
+			m := map[string]string{}
+			for i := 0; i+1 < len(kv); i += 2 {
+				m[kv[i]] = kv[i+1]
+			}
+			o, err := app.Parse(append([]string{"--enable-peer-discovery", "--epp-peer-service=epp"}, args...), func(k string) string { return m[k] }, &bytes.Buffer{})
+			switch {
+			case err != nil:
+				return refused
+			case o.ProbeInterval > 0:
+				return on
+			}
+			return off
+		}
+		plugin := func(parameters string, kv ...string) string {
+			setEnv(t, kv...)
+			p, err := fwkplugin.Registry[peerdiscovery.EndpointSliceType]("peers", params(parameters), nil)
+			switch {
+			case err != nil:
+				return refused
+			case peerdiscovery.Probing(p):
+				return on
+			}
+			return off
+		}
+		got := map[string]string{
+			"--epp-peer-probe-interval":        binary([]string{"--epp-peer-probe-interval=" + tc.value}, base...),
+			"EPP_PEER_PROBE_INTERVAL (binary)": binary(nil, append(base, "EPP_PEER_PROBE_INTERVAL", tc.value)...),
+			"probeInterval":                    plugin(`{"service": "epp", "probeInterval": "`+tc.value+`"}`, base...),
+			"EPP_PEER_PROBE_INTERVAL (plugin)": plugin(`{"service": "epp"}`, append(base, "EPP_PEER_PROBE_INTERVAL", tc.value)...),
+		}
+		for way, g := range got {
+			if g != tc.want {
+				t.Errorf("probe interval %q through %s: %s, want %s", tc.value, way, g, tc.want)
+			}
+		}
+	}
+}
+
 func TestParametersRejected(t *testing.T) {
 	setEnv(t, "POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns")
 	for _, tc := range []struct {
@@ -243,7 +293,7 @@ func TestParametersFromTheEnvironment(t *testing.T) {
 		{"EPP_PEER_PORT", "http", `invalid EPP_PEER_PORT="http"`},
 		{"EPP_PEER_PORT", "70000", "invalid EPP_PEER_PORT=70000"},
 		{"EPP_PEER_SERVICE", "EPP.svc", `invalid EPP_PEER_SERVICE="EPP.svc"`},
-		{"EPP_PEER_PROBE_INTERVAL", "50ms", `invalid EPP_PEER_PROBE_INTERVAL="50ms": want at least 100ms`},
+		{"EPP_PEER_PROBE_INTERVAL", "50ms", `invalid EPP_PEER_PROBE_INTERVAL="50ms": want 0 (off) or at least 100ms`},
 		{"EPP_PEER_DEBUG_ADDRESS", "9091", `invalid EPP_PEER_DEBUG_ADDRESS="9091"`},
 	} {
 		setEnv(t, "POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns", "EPP_PEER_SERVICE", "epp", tc.env, tc.value)
@@ -257,7 +307,7 @@ func TestParametersFromTheEnvironment(t *testing.T) {
 		t.Fatalf("a parameter must win over its variable: %v", err)
 	}
 	if _, err := peerdiscovery.EndpointSliceFactory("peers", params(`{"service": "epp", "membership": "ready", "probeInterval": "50ms"}`), nil); err == nil ||
-		!strings.Contains(err.Error(), `invalid probeInterval="50ms": want at least 100ms`) {
+		!strings.Contains(err.Error(), `invalid probeInterval="50ms": want 0 (off) or at least 100ms`) {
 		t.Fatalf("probeInterval 50ms: %v", err)
 	}
 }
