@@ -40,7 +40,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/markdown"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/markdown"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
 )
 
 // results collects every run's measurement.

@@ -35,7 +35,7 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/sources"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/markdown"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
 )
 
 func main() {

@@ -11,7 +11,7 @@ import (
 	"os"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/upstreamparity"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/markdown"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
 )
 
 func main() {

@@ -23,8 +23,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/cputime"
-	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/markdown"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
