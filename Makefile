@@ -308,6 +308,11 @@ verify-quotes: ## Fail when README.md or docs/SHARING-STATE.md quotes the routin
 	@go run ./hack/docquote -source docs/PERFORMANCE.md -marker routing-headline README.md docs/SHARING-STATE.md
 	@go run ./hack/docquote -source docs/PERFORMANCE.md -marker capacity-headline README.md
 
+.PHONY: verify-architecture
+verify-architecture: ## Fail when a Go package of controller/, internal/, llmdrouter/ or hack/ is not in docs/ARCHITECTURE.md's package table, or the table names one that does not exist (hack/docpkgs, and its test).
+	@go test -count=1 ./hack/docpkgs
+	@go run ./hack/docpkgs -doc docs/ARCHITECTURE.md controller internal llmdrouter hack
+
 .PHONY: verify-links
 verify-links: ## Fail when a link of README.md, docs/*.md or another README (a file, or a heading's #anchor) does not resolve (hack/doclinks).
 	@go run ./hack/doclinks README.md docs/*.md charts/epp/README.md terraform/README.md llmdrouter/patches/README.md
@@ -324,7 +329,7 @@ release: ## Tag a release (VERSION=x.y.z, after set-version is committed): vX.Y.
 	hack/release.sh tag $(VERSION)
 
 .PHONY: lint
-lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs verify-reference verify-quotes verify-links verify-llmdrouter-tidy ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check, the generated docs (chart, Terraform, docs/REFERENCE.md, the routing bench's headline where it is quoted), the docs' links and llmdrouter/'s tidy go.mod (terraform fmt is checked by test-terraform).
+lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs verify-reference verify-quotes verify-links verify-architecture verify-llmdrouter-tidy ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check, the generated docs (chart, Terraform, docs/REFERENCE.md, the routing bench's headline where it is quoted), the docs' links, docs/ARCHITECTURE.md's package table against the tree and llmdrouter/'s tidy go.mod (terraform fmt is checked by test-terraform).
 	@for m in $(GO_MODULES); do echo "golangci-lint: $$m"; vars="GOWORK=off"; [ $$m = llmdrouter ] && vars="GOWORK=$(LLMD_WORK) CGO_ENABLED=0"; \
 	  (cd $$m && env $$vars $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...) || exit 1; done
 
