@@ -40,7 +40,7 @@ func envValue(c corev1.Container, name string) (string, bool) {
 func TestProbing(t *testing.T) {
 	t.Run("mode epp", func(t *testing.T) {
 		pod := podOf(t, renderChart(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.probeInterval", "5s")))
-		epp := eppContainer(t, pod.Containers)
+		epp := render.EPPContainerOf(t, pod.Containers)
 		if v, ok := probeEnv(epp); !ok || v != "5s" {
 			t.Fatalf("epp env %v: want EPP_PEER_PROBE_INTERVAL=5s", epp.Env)
 		}
@@ -55,7 +55,7 @@ func TestProbing(t *testing.T) {
 		if v, ok := probeEnv(sc); !ok || v != "2s" {
 			t.Fatalf("sidecar env %v: want EPP_PEER_PROBE_INTERVAL=2s", sc.Env)
 		}
-		epp := eppContainer(t, pod.Containers)
+		epp := render.EPPContainerOf(t, pod.Containers)
 		if _, ok := probeEnv(epp); ok {
 			t.Fatal("the EPP container (the user's image) got the probe env")
 		}
@@ -70,7 +70,7 @@ func TestProbing(t *testing.T) {
 			vals("router.epp.peerDiscovery.enabled", true),
 			vals("router.epp.peerDiscovery.probeInterval", "5s"),
 		} {
-			epp := eppContainer(t, podOf(t, renderChart(t, v)).Containers)
+			epp := render.EPPContainerOf(t, podOf(t, renderChart(t, v)).Containers)
 			if _, ok := probeEnv(epp); ok {
 				t.Fatalf("values %v: probe env set", v)
 			}

@@ -55,7 +55,7 @@ func TestStateSync(t *testing.T) {
 	if !slices.Contains(profile, "active-request-scorer") {
 		t.Fatalf("the default profile %v lacks active-request-scorer, which reads the shared in-flight load", profile)
 	}
-	c := eppContainer(t, podOf(t, on).Containers)
+	c := render.EPPContainerOf(t, podOf(t, on).Containers)
 	if !slices.Equal(c.Args, eppArgs) {
 		t.Fatalf("stateSync changed the EPP's args: %v, want %v", c.Args, eppArgs)
 	}
@@ -73,7 +73,7 @@ func TestStateSync(t *testing.T) {
 		t.Fatalf("crossReplicaSyncInterval %q, want 100ms", interval)
 	}
 	d := only[*appsv1.Deployment](t, tls)
-	c = eppContainer(t, d.Spec.Template.Spec.Containers)
+	c = render.EPPContainerOf(t, d.Spec.Template.Spec.Containers)
 	if v, _ := envValue(c, "EPP_PEER_SYNC_TLS_DIR"); v != "/var/run/epp-peer-sync-tls" {
 		t.Fatalf("EPP_PEER_SYNC_TLS_DIR = %q", v)
 	}
@@ -173,7 +173,7 @@ func TestSharedPrefixIndex(t *testing.T) {
 	if !slices.Equal(scorers, []string{"shared-prefix"}) {
 		t.Fatalf("sharedPrefixIndex on: the prefix-cache-scorers read %q, want shared-prefix", scorers)
 	}
-	cOff, cOn := eppContainer(t, podOf(t, off).Containers), eppContainer(t, podOf(t, on).Containers)
+	cOff, cOn := render.EPPContainerOf(t, podOf(t, off).Containers), render.EPPContainerOf(t, podOf(t, on).Containers)
 	if !slices.Equal(cOn.Args, cOff.Args) || len(cOn.Env) != len(cOff.Env) || len(cOn.Ports) != len(cOff.Ports) {
 		t.Fatalf("sharedPrefixIndex changed the EPP container: args %v, env %v, ports %v", cOn.Args, cOn.Env, cOn.Ports)
 	}

@@ -17,7 +17,7 @@ import (
 // contradicts itself, or tracing for an EPP container that is the user's (sidecar
 // mode), is refused naming the values.
 func TestTracingAndLogs(t *testing.T) {
-	c := eppContainer(t, podOf(t, renderChart(t, nil)).Containers)
+	c := render.EPPContainerOf(t, podOf(t, renderChart(t, nil)).Containers)
 	if !slices.Contains(c.Args, "--tracing=false") || !slices.Contains(c.Args, "--zap-encoder=json") {
 		t.Fatalf("default args %v: want --tracing=false and --zap-encoder=json", c.Args)
 	}
@@ -25,7 +25,7 @@ func TestTracingAndLogs(t *testing.T) {
 		t.Fatalf("default env %v has OTEL_ variables", c.Env)
 	}
 
-	on := eppContainer(t, podOf(t, renderChart(t, vals("router.tracing.enabled", true,
+	on := render.EPPContainerOf(t, podOf(t, renderChart(t, vals("router.tracing.enabled", true,
 		"router.tracing.otelExporterEndpoint", "http://collector.monitoring:4317", "router.tracing.sampling.samplerArg", 0.5))).Containers)
 	if !slices.Contains(on.Args, "--tracing=true") || slices.Contains(on.Args, "--tracing=false") {
 		t.Fatalf("tracing on: args %v", on.Args)
@@ -48,7 +48,7 @@ func TestTracingAndLogs(t *testing.T) {
 		t.Errorf("tracing on: OTEL_RESOURCE_ATTRIBUTES=%q at %d, NAMESPACE at %d", env["OTEL_RESOURCE_ATTRIBUTES"], order["OTEL_RESOURCE_ATTRIBUTES"], order["NAMESPACE"])
 	}
 
-	mine := eppContainer(t, podOf(t, renderChart(t, vals("router.epp.flags", map[string]any{"zap-encoder": "console", "tracing": true}))).Containers)
+	mine := render.EPPContainerOf(t, podOf(t, renderChart(t, vals("router.epp.flags", map[string]any{"zap-encoder": "console", "tracing": true}))).Containers)
 	if slices.Contains(mine.Args, "--zap-encoder=json") || !slices.Contains(mine.Args, "--zap-encoder=console") ||
 		slices.Contains(mine.Args, "--tracing=false") || !slices.Contains(mine.Args, "--tracing=true") {
 		t.Fatalf("flags zap-encoder=console, tracing=true: args %v", mine.Args)

@@ -27,7 +27,7 @@ import (
 // scrape token of a ServiceAccount that may GET /metrics and nothing else.
 func TestMetricsAuth(t *testing.T) {
 	r := renderChart(t, nil)
-	if c := eppContainer(t, podOf(t, r).Containers); !slices.Contains(c.Args, "--metrics-endpoint-auth=true") {
+	if c := render.EPPContainerOf(t, podOf(t, r).Containers); !slices.Contains(c.Args, "--metrics-endpoint-auth=true") {
 		t.Fatalf("default args %v: want metrics auth on", c.Args)
 	}
 	if crb := only[*rbacv1.ClusterRoleBinding](t, r); crb.RoleRef.Name != "system:auth-delegator" {
@@ -35,7 +35,7 @@ func TestMetricsAuth(t *testing.T) {
 	}
 
 	off := renderChart(t, vals("router.monitoring.prometheus.auth.enabled", false))
-	if c := eppContainer(t, podOf(t, off).Containers); !slices.Contains(c.Args, "--metrics-endpoint-auth=false") {
+	if c := render.EPPContainerOf(t, podOf(t, off).Containers); !slices.Contains(c.Args, "--metrics-endpoint-auth=false") {
 		t.Fatalf("auth off: args %v", c.Args)
 	}
 	if n := count[*rbacv1.ClusterRoleBinding](off) + count[*rbacv1.ClusterRole](off); n != 0 {
@@ -187,7 +187,7 @@ func TestUpstreamValuesFile(t *testing.T) {
 	}
 	r := renderChart(t, values)
 	pod := podOf(t, r)
-	c := eppContainer(t, pod.Containers)
+	c := render.EPPContainerOf(t, pod.Containers)
 	for _, want := range []string{"--grpc-port=9100", "--grpc-health-port=9200", "--metrics-endpoint-auth=false", "--tracing=false", "--v=2", "--endpoint-selector=app=vllm"} {
 		if !slices.Contains(c.Args, want) {
 			t.Errorf("args %v lack %s", c.Args, want)

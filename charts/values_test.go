@@ -16,18 +16,6 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
-// eppContainer is the container named epp, wherever it is in the list.
-func eppContainer(t *testing.T, cs []corev1.Container) corev1.Container {
-	t.Helper()
-	for _, c := range cs {
-		if c.Name == "epp" {
-			return c
-		}
-	}
-	t.Fatalf("no container epp among %d", len(cs))
-	return corev1.Container{}
-}
-
 func podOf(t *testing.T, r rendered) corev1.PodSpec {
 	t.Helper()
 	return only[*appsv1.Deployment](t, r).Spec.Template.Spec
@@ -246,7 +234,7 @@ func TestSidecarMode(t *testing.T) {
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
 		t.Fatal("the pod automounts the ServiceAccount token: only the sidecar may have it")
 	}
-	epp := eppContainer(t, pod.Containers)
+	epp := render.EPPContainerOf(t, pod.Containers)
 	if epp.Image != "example.com/my-epp:1.0" || !slices.Equal(epp.Command, []string{"/my-epp"}) || !slices.Equal(epp.Args, []string{"--config=/etc/epp.yaml"}) {
 		t.Fatalf("EPP container %s %v %v: image, command and args must be the user's", epp.Image, epp.Command, epp.Args)
 	}
@@ -427,7 +415,7 @@ func TestDefectsRefusedOrFixed(t *testing.T) {
 func TestProbeHandlers(t *testing.T) {
 	r := renderChart(t, vals("router.epp.peerDiscovery.enabled", true, "router.epp.peerDiscovery.mode", "sidecar",
 		"router.epp.readinessProbe", map[string]any{"grpc": map[string]any{"port": 9003}, "periodSeconds": 5}))
-	c := eppContainer(t, podOf(t, r).Containers)
+	c := render.EPPContainerOf(t, podOf(t, r).Containers)
 	if p := c.ReadinessProbe; p.GRPC == nil || p.HTTPGet != nil || p.PeriodSeconds != 5 {
 		t.Fatalf("sidecar mode, a grpc readiness probe: %+v, want grpc only", p)
 	}
@@ -435,7 +423,7 @@ func TestProbeHandlers(t *testing.T) {
 		t.Fatalf("sidecar mode, the default liveness probe: %+v", p)
 	}
 	r = renderChart(t, vals("router.epp.livenessProbe", map[string]any{"httpGet": map[string]any{"path": "/live", "port": 8080}}))
-	c = eppContainer(t, podOf(t, r).Containers)
+	c = render.EPPContainerOf(t, podOf(t, r).Containers)
 	if p := c.LivenessProbe; p.HTTPGet == nil || p.GRPC != nil || p.HTTPGet.Path != "/live" {
 		t.Fatalf("mode epp, an httpGet liveness probe: %+v, want httpGet only", p)
 	}

@@ -19,18 +19,6 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
-// eppContainer is the container named epp, wherever it is in the list.
-func eppContainer(t *testing.T, cs []corev1.Container) corev1.Container {
-	t.Helper()
-	for _, c := range cs {
-		if c.Name == "epp" {
-			return c
-		}
-	}
-	t.Fatal("no container epp")
-	return corev1.Container{}
-}
-
 // TestComponentsFindTheEPPContainerByName: an overlay that puts another container
 // first still gets the peer flags, port and env on the epp container, and the other
 // container is left alone.
@@ -85,7 +73,7 @@ patches:
 			if !slices.Equal(proxy.Args, []string{"--listen=:8000"}) || len(proxy.Env) != 0 || len(proxy.Ports) != 0 || len(proxy.VolumeMounts) != 0 {
 				t.Fatalf("the component changed the other container: %+v", proxy)
 			}
-			tc.check(t, eppContainer(t, pod.Containers), pod)
+			tc.check(t, render.EPPContainerOf(t, pod.Containers), pod)
 		})
 	}
 }
@@ -280,7 +268,7 @@ func TestSidecarOverlay(t *testing.T) {
 	if diff := cmp.Diff(wantArgs, sc.Args); diff != "" {
 		t.Fatalf("sidecar args (-want +got):\n%s", diff)
 	}
-	epp := eppContainer(t, pod.Containers)
+	epp := render.EPPContainerOf(t, pod.Containers)
 	if diff := cmp.Diff(append([]string{"EPP_PEERS_FILE=/var/run/epp-peers/peers.json"}, identity...), envOf(epp)); diff != "" {
 		t.Fatalf("EPP container env (-want +got):\n%s", diff)
 	}
@@ -313,7 +301,7 @@ func TestSidecarOverlay(t *testing.T) {
 // to system:auth-delegator; the base serves plain metrics with no cluster-scoped RBAC.
 func TestMetricsAuthComponent(t *testing.T) {
 	objs := userOverlay(t, "team-a", "router-", "peer-discovery", "metrics-auth")
-	epp := eppContainer(t, one[*appsv1.Deployment](t, objs).Spec.Template.Spec.Containers)
+	epp := render.EPPContainerOf(t, one[*appsv1.Deployment](t, objs).Spec.Template.Spec.Containers)
 	if !slices.Contains(epp.Args, "--metrics-endpoint-auth=true") || slices.Contains(epp.Args, "--metrics-endpoint-auth=false") {
 		t.Fatalf("args %v: want metrics auth on", epp.Args)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -65,9 +66,24 @@ func EPPDeployment(objs []client.Object) (*appsv1.Deployment, error) {
 
 // EPPContainer returns the Deployment's container named epp, or nil.
 func EPPContainer(d *appsv1.Deployment) *corev1.Container {
-	for i := range d.Spec.Template.Spec.Containers {
-		if d.Spec.Template.Spec.Containers[i].Name == "epp" {
-			return &d.Spec.Template.Spec.Containers[i]
+	return eppIn(d.Spec.Template.Spec.Containers)
+}
+
+// EPPContainerOf returns the container named epp among cs, or fails t.
+func EPPContainerOf(t testing.TB, cs []corev1.Container) corev1.Container {
+	t.Helper()
+	c := eppIn(cs)
+	if c == nil {
+		t.Fatalf("no container epp among %d", len(cs))
+		return corev1.Container{}
+	}
+	return *c
+}
+
+func eppIn(cs []corev1.Container) *corev1.Container {
+	for i := range cs {
+		if cs[i].Name == "epp" {
+			return &cs[i]
 		}
 	}
 	return nil
