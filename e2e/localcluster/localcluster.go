@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
@@ -311,15 +312,7 @@ func (c *Cluster) Logs(n int) string {
 func (c *Cluster) Stop() {
 	var wg sync.WaitGroup
 	for _, p := range c.procs {
-		wg.Go(func() {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(10 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			}
-		})
+		wg.Go(func() { proc.Terminate(p.cmd.Process, p.done, 10*time.Second) })
 	}
 	wg.Wait()
 	if c.env != nil {

@@ -48,6 +48,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
@@ -717,13 +718,7 @@ func (r *Runtime) stopAll() {
 func stopReplica(rep *Replica) {
 	for i := len(rep.Processes) - 1; i >= 0; i-- {
 		p := rep.Processes[i]
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-p.done
-		}
+		proc.Terminate(p.cmd.Process, p.done, 10*time.Second)
 	}
 }
 

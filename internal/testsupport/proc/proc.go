@@ -149,19 +149,29 @@ func (p *Process) ExitError() error {
 func (p *Process) Stop() error {
 	p.stopOnce.Do(func() {
 		_ = p.cmd.Process.Signal(syscall.SIGCONT)
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.exited:
-			if p.waitErr != nil {
-				p.stopErr = fmt.Errorf("%s exited with %w after SIGTERM; output:\n%s", p.bin, p.waitErr, p.out.String())
-			}
-		case <-time.After(StopTimeout):
-			_ = p.cmd.Process.Kill()
-			<-p.exited
+		switch {
+		case !Terminate(p.cmd.Process, p.exited, StopTimeout):
 			p.stopErr = fmt.Errorf("%s did not stop within %s of SIGTERM; output:\n%s", p.bin, StopTimeout, p.out.String())
+		case p.waitErr != nil:
+			p.stopErr = fmt.Errorf("%s exited with %w after SIGTERM; output:\n%s", p.bin, p.waitErr, p.out.String())
 		}
 	})
 	return p.stopErr
+}
+
+// Terminate sends p SIGTERM and waits until exited is closed (by whatever waits for
+// p); after grace it kills p and waits again. It reports whether p exited within
+// grace. Every process a test starts is stopped this way.
+func Terminate(p *os.Process, exited <-chan struct{}, grace time.Duration) bool {
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+		return true
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-exited
+		return false
+	}
 }
 
 // Supervise has the test's cleanup stop the process, and fail the test when it
