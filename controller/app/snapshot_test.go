@@ -33,6 +33,12 @@ func startApp(t *testing.T, args ...string) *app.App {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runApp(t, opts)
+}
+
+// runApp runs the app of opts until the test ends, when Run must return nil.
+func runApp(t *testing.T, opts app.Options) *app.App {
+	t.Helper()
 	a, err := app.New(opts, nil, logr.Discard())
 	if err != nil {
 		t.Fatal(err)

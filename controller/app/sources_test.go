@@ -1,7 +1,6 @@
 package app_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -40,19 +39,7 @@ func TestANewSourceIsOnePackageAndOneLine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(opts, nil, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	a := runApp(t, opts)
 
 	get := func(addr, path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
