@@ -34,20 +34,27 @@ func TestPeerDiscovery(t *testing.T) {
 	}
 }
 
+// createNamespace creates ns for the test, enforcing the restricted pod security
+// level when restricted, and deletes it when the test ends.
+func createNamespace(t *testing.T, ns string, restricted bool) {
+	t.Helper()
+	labels := map[string]string{}
+	if restricted {
+		labels["pod-security.kubernetes.io/enforce"] = "restricted"
+	}
+	if _, err := clientset.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: ns, Labels: labels,
+	}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = clientset.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+}
+
 func runCase(t *testing.T, ch channel, ns string, m mode) {
 	ctx := context.Background()
 	w := ch.workload()
 	if !ch.createsNamespace() {
-		labels := map[string]string{}
-		if ch.restricted() {
-			labels["pod-security.kubernetes.io/enforce"] = "restricted"
-		}
-		if _, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-			Name: ns, Labels: labels,
-		}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = clientset.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+		createNamespace(t, ns, ch.restricted())
 	}
 	v := newViewer(t, ns, w, m)
 	t.Cleanup(v.close)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/gruntwork-io/terratest/modules/helm"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
@@ -52,12 +51,7 @@ func TestReachability(t *testing.T) {
 	}
 
 	ns := "e2e-reachability-" + rand.String(5)
-	if _, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: ns, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
-	}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = clientset.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	createNamespace(t, ns, true)
 	v := newKindViewer(ns, on)
 	w := ours{}.workload()
 	t.Cleanup(v.close)

@@ -14,8 +14,6 @@ import (
 	"time"
 
 	"github.com/gruntwork-io/terratest/modules/helm"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
@@ -53,12 +51,7 @@ func TestTracing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			ns := "e2e-tracing-" + utilrand.String(5)
-			if _, err := clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-				Name: ns, Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"},
-			}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = clientset.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+			createNamespace(t, ns, true)
 			rt, err := podproc.New(local.Config, podproc.DefaultBinaries(repoRoot), ns, "app.kubernetes.io/name=epp", eppContainer)
 			if err != nil {
 				t.Fatal(err)
