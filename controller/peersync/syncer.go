@@ -198,6 +198,25 @@ type member struct {
 	gen uint64
 }
 
+// CheckInterval is the one rule of a push interval (Options.Interval, and what a
+// plugin takes for it): at least MinInterval. The error says what is wanted; the
+// caller names the option, parameter or variable.
+func CheckInterval(interval time.Duration) error {
+	if interval < MinInterval {
+		return fmt.Errorf("want at least %v", MinInterval)
+	}
+	return nil
+}
+
+// CheckTTL is the one rule of a TTL (Options.TTL): at least the interval, or every
+// peer would expire between two of its messages.
+func CheckTTL(ttl, interval time.Duration) error {
+	if ttl < interval {
+		return fmt.Errorf("want at least the interval (%v): every peer would expire between two of its messages", interval)
+	}
+	return nil
+}
+
 // New checks o and returns a Syncer; Run starts it.
 func New(o Options) (*Syncer, error) {
 	if o.Peers == nil {
@@ -212,14 +231,14 @@ func New(o Options) (*Syncer, error) {
 	if o.Interval == 0 {
 		o.Interval = DefaultInterval
 	}
-	if o.Interval < MinInterval {
-		return nil, fmt.Errorf("peersync: interval %v is below the minimum %v", o.Interval, MinInterval)
+	if err := CheckInterval(o.Interval); err != nil {
+		return nil, fmt.Errorf("peersync: interval %v: %w", o.Interval, err)
 	}
 	if o.TTL == 0 {
 		o.TTL = DefaultTTLIntervals * o.Interval
 	}
-	if o.TTL < o.Interval {
-		return nil, fmt.Errorf("peersync: ttl %v is shorter than the interval %v: every peer would expire between two messages", o.TTL, o.Interval)
+	if err := CheckTTL(o.TTL, o.Interval); err != nil {
+		return nil, fmt.Errorf("peersync: ttl %v: %w", o.TTL, err)
 	}
 	setDefault(&o.MaxMessageBytes, DefaultMaxMessageBytes)
 	setDefault(&o.MaxValueBytes, DefaultMaxValueBytes)

@@ -158,13 +158,14 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 		}
 		interval = d
 	}
-	if interval < peersync.MinInterval {
-		return nil, fmt.Errorf("invalid interval=%v: want at least %v", interval, peersync.MinInterval)
+	if err := peersync.CheckInterval(interval); err != nil {
+		return nil, fmt.Errorf("invalid interval=%v: %w", interval, err)
 	}
 	var ttl time.Duration
 	if p.TTL != nil {
-		if ttl = p.TTL.Duration; ttl < interval {
-			return nil, fmt.Errorf("invalid ttl=%v: want at least the interval (%v)", ttl, interval)
+		ttl = p.TTL.Duration
+		if err := peersync.CheckTTL(ttl, interval); err != nil {
+			return nil, fmt.Errorf("invalid ttl=%v: %w", ttl, err)
 		}
 	}
 	if p.TLSRequireReplicaName && p.TLSDir == "" && os.Getenv(TLSDirEnv) == "" {
