@@ -296,7 +296,7 @@ verify-docs: $(BIN)/helm-docs $(BIN)/terraform-docs ## Fail when the generated c
 	  done; exit $$stale
 
 .PHONY: docs-reference
-docs-reference: ## Write docs/REFERENCE.md's generated tables (the epp flags, the sources' settings, the metrics) from the code (hack/docgen).
+docs-reference: ## Write docs/REFERENCE.md's generated tables (the epp flags, the sources' settings, the peer-syncer's and shared prefix index's parameters, the metrics) from the code (hack/docgen).
 	go run ./hack/docgen -write docs/REFERENCE.md
 
 .PHONY: verify-reference

@@ -3,8 +3,10 @@
 // flag set the binary parses) and the error it prints without a peer source, the
 // peer sources' settings (from each source's
 // discovery.SourceSpec, which both the flags and the EPP plugin parameters come
-// from), and the Prometheus metrics (from their registrations: every
-// prometheus.New*Vec with its Opts in the Go code of controller/ and llmdrouter/).
+// from), the parameters of the plugins peer-syncer and shared-prefix-cache-producer
+// (from their Parameters structs, read from the source: pluginParams), and the
+// Prometheus metrics (from their registrations: every prometheus.New*Vec with its
+// Opts in the Go code of controller/ and llmdrouter/).
 //
 // Each table sits between marker comments in the file:
 //
@@ -58,6 +60,9 @@ func run(root, file string, write bool) error {
 		"no-source":  noSourceExample,
 		"parameters": parametersTable,
 		"metrics":    func() (string, error) { return metricsTable(root) },
+	}
+	for _, pp := range pluginParams {
+		tables[pp.section] = func() (string, error) { return pluginParametersTable(root, pp.file, pp.typ) }
 	}
 	old, err := os.ReadFile(file)
 	if err != nil {
