@@ -19,6 +19,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
+	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
@@ -48,6 +49,20 @@ func createNamespace(t *testing.T, ns string, restricted bool) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = clientset.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+}
+
+// runPods runs the local backend's pods of namespace ns selected by
+// app.kubernetes.io/name=epp (podproc, as a kubelet would), until the test ends.
+func runPods(t *testing.T, ns string) *podproc.Runtime {
+	t.Helper()
+	rt, err := podproc.New(local.Config, podproc.DefaultBinaries(repoRoot), ns, "app.kubernetes.io/name=epp", eppContainer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	go rt.Run(ctx)
+	t.Cleanup(func() { stop(); rt.Wait() })
+	return rt
 }
 
 func runCase(t *testing.T, ch channel, ns string, m mode) {

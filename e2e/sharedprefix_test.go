@@ -16,7 +16,6 @@ import (
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/peerview"
-	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/podproc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
@@ -34,13 +33,7 @@ func TestSharedPrefixIndexLoads(t *testing.T) {
 	ctx := context.Background()
 	ns := "e2e-shared-prefix-" + utilrand.String(5)
 	createNamespace(t, ns, true)
-	rt, err := podproc.New(local.Config, podproc.DefaultBinaries(repoRoot), ns, "app.kubernetes.io/name=epp", eppContainer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	go rt.Run(runCtx)
-	t.Cleanup(func() { stop(); rt.Wait() })
+	rt := runPods(t, ns)
 
 	opts := &helm.Options{KubectlOptions: kubectlOptions(ns), SetValues: map[string]string{
 		"router.epp.replicas":                            "1",

@@ -52,13 +52,7 @@ func TestTracing(t *testing.T) {
 			ctx := context.Background()
 			ns := "e2e-tracing-" + utilrand.String(5)
 			createNamespace(t, ns, true)
-			rt, err := podproc.New(local.Config, podproc.DefaultBinaries(repoRoot), ns, "app.kubernetes.io/name=epp", eppContainer)
-			if err != nil {
-				t.Fatal(err)
-			}
-			runCtx, stop := context.WithCancel(ctx)
-			go rt.Run(runCtx)
-			t.Cleanup(func() { stop(); rt.Wait() })
+			rt := runPods(t, ns)
 
 			set := map[string]string{"router.epp.replicas": "1"}
 			for k, v := range tc.values {
