@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 )
 
@@ -146,6 +148,10 @@ type Broadcast struct {
 	missing   atomic.Int64 // frames known missing from every peer now
 
 	peers sync.Map // peer -> *broadcastPeer: the per-peer metrics
+
+	// framesSent and framesReceived are the broadcast's series of
+	// epp_peer_sync_broadcast_frames_total, looked up once: each frame counts.
+	framesSent, framesReceived prometheus.Counter
 }
 
 // snapshotAsk is a snapshot asked of a peer.
@@ -173,7 +179,8 @@ func (s *Syncer) Broadcast(name string, o BroadcastOptions) (*Broadcast, error) 
 		return nil, fmt.Errorf("peersync: broadcast %s: window %v (at least 1ms), maxMessageBytes %d (16 to %d), snapshotTimeout %v and resendBytes %d (not negative)",
 			name, o.Window, o.MaxMessageBytes, min(s.o.MaxMessageBytes/2, snapshotChunkBytes), o.SnapshotTimeout, o.ResendBytes)
 	}
-	b := &Broadcast{s: s, name: name, o: o, warm: make(chan struct{}), ring: resendRing{max: o.ResendBytes}}
+	b := &Broadcast{s: s, name: name, o: o, warm: make(chan struct{}), ring: resendRing{max: o.ResendBytes},
+		framesSent: s.m.broadcastMessages.WithLabelValues(name, "sent"), framesReceived: s.m.broadcastMessages.WithLabelValues(name, "received")}
 	if _, loaded := s.broadcasts.LoadOrStore(name, b); loaded {
 		return nil, fmt.Errorf("peersync: broadcast %s registered twice", name)
 	}
@@ -234,7 +241,7 @@ func (b *Broadcast) flush() {
 		b.sent.Add(uint64(n))
 		msgs = msgs[n:]
 	}
-	s.m.broadcastMessages.WithLabelValues(b.name, "sent").Add(float64(len(seqd)))
+	b.framesSent.Add(float64(len(seqd)))
 	for _, o := range outs {
 		c := o.conn.Load()
 		pc := b.peerCounters(o.peer.ID())
@@ -418,7 +425,7 @@ func (s *Syncer) receiveBroadcast(in *inStream, body []byte) (string, error) {
 	}
 	b := v.(*Broadcast)
 	peer := in.rec.id
-	s.m.broadcastMessages.WithLabelValues(b.name, "received").Inc()
+	b.framesReceived.Inc()
 	kind := Live
 	switch {
 	case f.Flags&wire.BroadcastSnapshot != 0 && f.Flags&wire.BroadcastResync != 0:
@@ -477,7 +484,9 @@ func (b *Broadcast) deliver(s *Syncer, peer string, msgs [][]byte, kind MessageK
 			s.logUndecodable(peer, "broadcast "+b.name, err)
 		}
 	}
-	s.m.rejections.WithLabelValues(RejectUndecodable).Add(float64(bad))
+	if bad > 0 {
+		s.m.rejections.WithLabelValues(RejectUndecodable).Add(float64(bad))
+	}
 	b.received.Add(uint64(len(msgs)))
 }
 
