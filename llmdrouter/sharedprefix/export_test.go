@@ -1,6 +1,10 @@
 package sharedprefix
 
-import "time"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
 
 // SetHoldFor sets how long a placement for an endpoint the pool does not list is
 // held (HoldFor), for the test; the returned func restores it.
@@ -36,4 +40,10 @@ func RawSnapshotPlacement(server string, hashes []uint64) []byte {
 		o.hashes = append(o.hashes, blockHash(h), 0)
 	}
 	return encodePlacement(&placement{server: server, capacity: 1, ops: []op{o}})
+}
+
+// Placements is epp_shared_prefix_placements_total of the plugin instance and
+// origin.
+func Placements(instance, origin string) float64 {
+	return testutil.ToFloat64(placements.WithLabelValues(instance, origin))
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 )
 
 // Label is the label of every metric that names the plugin instance.
@@ -55,8 +57,11 @@ func init() {
 
 // instanceMetrics are one plugin's metrics.
 type instanceMetrics struct {
-	blocks         prometheus.Gauge
-	placements     *prometheus.CounterVec
+	blocks     prometheus.Gauge
+	placements *prometheus.CounterVec
+	// merged is placements' series of a peer's placement, by how it came (looked
+	// up once: every merge counts).
+	merged         map[peersync.MessageKind]prometheus.Counter
 	placementBytes prometheus.Observer
 	propagation    prometheus.Observer
 	dropped        *prometheus.CounterVec
@@ -79,6 +84,10 @@ func metricsFor(name string) *instanceMetrics {
 	}
 	for _, o := range []string{"local", "peer", "resent", "snapshot", "resync"} {
 		m.placements.WithLabelValues(o)
+	}
+	m.merged = map[peersync.MessageKind]prometheus.Counter{
+		peersync.Live: m.placements.WithLabelValues("peer"), peersync.Resent: m.placements.WithLabelValues("resent"),
+		peersync.Snapshot: m.placements.WithLabelValues("snapshot"), peersync.Resync: m.placements.WithLabelValues("resync"),
 	}
 	for _, r := range []string{"not-in-pool", "rate", "held-overflow"} {
 		m.dropped.WithLabelValues(r)

@@ -444,16 +444,7 @@ func (p *Plugin) receive(m peersync.Message) error {
 // merge applies a peer's placement to the index.
 func (p *Plugin) merge(kind peersync.MessageKind, pl *placement) {
 	p.idx.apply(pl.server, p.localCapacity(pl.server), pl.ops)
-	origin := "peer"
-	switch kind {
-	case peersync.Snapshot:
-		origin = "snapshot"
-	case peersync.Resync:
-		origin = "resync"
-	case peersync.Resent:
-		origin = "resent"
-	}
-	p.m.placements.WithLabelValues(origin).Inc()
+	p.m.merged[kind].Inc()
 	p.received.Add(1)
 	if kind == peersync.Live && pl.at > 0 {
 		p.m.propagation.Observe(max(0, time.Since(time.UnixMicro(pl.at)).Seconds()))

@@ -110,6 +110,30 @@ func TestRecencyIsShared(t *testing.T) {
 	}
 }
 
+// TestMergesAreCountedByOrigin: a peer's live placement merged counts in
+// epp_shared_prefix_placements_total as origin "peer", once per placement, and
+// this replica's own as "local".
+func TestMergesAreCountedByOrigin(t *testing.T) {
+	p := newPool(1)
+	rs := fleetWith(t, 2, p, `{"peerSyncerRef": "peer-syncer", "autoTune": false, "lruCapacityPerServer": 800}`)
+	local0, peer0 := sharedprefix.Placements("shared-prefix", "local"), sharedprefix.Placements("shared-prefix", "peer")
+	received0 := rs[1].sp.State().Received
+	for conv := range uint64(5) {
+		rs[0].route(t, prompt(500+conv, 4), 0)
+	}
+	settled(t, rs)
+	received := rs[1].sp.State().Received - received0
+	if received == 0 {
+		t.Fatal("replica 1 merged nothing of replica 0's placements")
+	}
+	if got := sharedprefix.Placements("shared-prefix", "peer") - peer0; got != float64(received) {
+		t.Errorf("placements_total{origin=peer} rose by %v, want %d (the placements replica 1 merged)", got, received)
+	}
+	if got := sharedprefix.Placements("shared-prefix", "local") - local0; got != 5 {
+		t.Errorf("placements_total{origin=local} rose by %v, want 5 (the requests replica 0 routed)", got)
+	}
+}
+
 // TestCapacityIsLocal: a peer's placement never sizes this replica's index: one
 // that claims capacity 1 (a replica configured otherwise, mid-rollout) leaves the
 // 2,000 blocks here, and is counted as a conflict. Before, it cut them to 1.
