@@ -39,6 +39,18 @@ func startApp(t *testing.T, args ...string) *app.App {
 // runApp runs the app of opts until the test ends, when Run must return nil.
 func runApp(t *testing.T, opts app.Options) *app.App {
 	t.Helper()
+	a, stop := launchApp(t, opts)
+	t.Cleanup(func() {
+		if err := stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return a
+}
+
+// launchApp runs the app of opts; stop ends it and returns what Run returned.
+func launchApp(t *testing.T, opts app.Options) (a *app.App, stop func() error) {
+	t.Helper()
 	a, err := app.New(opts, nil, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
@@ -46,13 +58,7 @@ func runApp(t *testing.T, opts app.Options) *app.App {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return a
+	return a, func() error { cancel(); return <-done }
 }
 
 // startFileApp runs an app with the file source on peersPath until the test ends.
@@ -226,21 +232,14 @@ func TestFinalSnapshotFailureIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := app.New(opts, nil, logr.Discard())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
+	_, stop := launchApp(t, opts)
 	wait.Until(t, 10*time.Second, "the first snapshot", func() bool { _, err := os.Stat(snap); return err == nil })
 	failures := metrics.Errors("off", metrics.ReasonSnapshot)
 	before := testutil.ToFloat64(failures)
 	if err := os.RemoveAll(dir); err != nil { // the volume went away
 		t.Fatal(err)
 	}
-	cancel()
-	err = <-done
+	err = stop()
 	if err == nil || !strings.Contains(err.Error(), "final peer snapshot") {
 		t.Fatalf("Run after a failed final snapshot = %v, want the failure", err)
 	}
