@@ -98,9 +98,8 @@ func TestPeersFromSRVRecords(t *testing.T) {
 	r := start(t, self, func(s *dnsserver.Server) { endpoints(s, "10.0.0.1", "10.0.0.3", "10.0.0.2") })
 	// Self (10.0.0.1) is left out; the others by their target's first label, ordered.
 	r.wait(t, "initial", "ns/10-0-0-2@10.0.0.2:9005,ns/10-0-0-3@10.0.0.3:9005")
-	if !r.pub.Synced() {
-		t.Fatal("not synced")
-	}
+	// The peers are in the store a moment before the publisher says it is synced.
+	wait.Until(t, 5*time.Second, "synced after the first answer", r.pub.Synced)
 	// A StatefulSet's Pods have host names: those are the identities.
 	r.dns.SetAddrs(target("epp-4"), "10.0.0.5")
 	r.dns.SetSRV(name, dnsserver.SRV{Target: target("10-0-0-1"), Port: 9005}, dnsserver.SRV{Target: target("10-0-0-2"), Port: 9005},
