@@ -205,7 +205,13 @@ func (b *Broadcast) Publish(msg []byte) {
 	b.armed = true
 	b.mu.Unlock()
 	if arm {
-		time.AfterFunc(b.o.Window, b.flush)
+		wait := b.o.Window
+		if tick := b.s.o.ReadTick; tick > 0 && tick <= wait {
+			// At the tick, when this replica and its peers read (Options.ReadTick).
+			now := time.Now()
+			wait = nextTick(now, tick).Sub(now)
+		}
+		time.AfterFunc(wait, b.flush)
 	}
 }
 

@@ -90,11 +90,13 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 	raw := conn // closed on cancellation: conn becomes the TLS connection below
 	stop := context.AfterFunc(ctx, func() { raw.Close() })
 	defer stop()
-	in, c := s.admit(ctx, conn, ip)
+	paced := newPacedConn(conn, s.o.ReadTick, &s.lastRead)
+	in, c := s.admit(ctx, paced, ip)
 	if in == nil {
 		return
 	}
-	conn = c // TLS, if on
+	paced.pace() // from here on, frames are read at the ticks (Options.ReadTick)
+	conn = c     // TLS, if on
 	defer s.detach(in)
 	admitted()
 	rec := in.rec

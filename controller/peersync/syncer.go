@@ -102,6 +102,16 @@ type Options struct {
 	// (nil: the system's choice). Peers check the source address against their own
 	// peer set, so it must be the address discovery lists for this replica.
 	SourceAddress func(peer peers.PeerMetadata) net.IP
+	// ReadTick, if set, reads the peers' frames at the ticks of a grid of this
+	// period (the wall clock's, the same on every replica) rather than when each one
+	// arrives, and flushes the broadcasts at those ticks too (when it is no longer
+	// than their window): a replica then wakes once a tick for all its peers'
+	// frames, not once for each, which is what a frame costs a mostly idle process
+	// (docs/DECISIONS.md, "Capacity of active-active replicas"). It adds up to a
+	// tick to every message's way. A replica that read nothing for 100ms reads the
+	// next bytes when they come. 0 (the default) is off; else 1ms to 100ms. Unix only
+	// (elsewhere it has no effect).
+	ReadTick time.Duration
 	// Instance labels the metrics (the plugin's name), so that two syncers in one
 	// process keep their own.
 	Instance string
@@ -130,6 +140,8 @@ type Syncer struct {
 
 	keys    sync.Map                 // name -> *keyState
 	members atomic.Pointer[[]member] // the live peers, for Get
+	// lastRead: unix ns of the last bytes read on a paced connection (ReadTick).
+	lastRead atomic.Int64
 
 	mu         sync.Mutex // structural changes: keys, peers, the pending lists
 	peers      map[string]*peerRec
@@ -217,6 +229,15 @@ func CheckTTL(ttl, interval time.Duration) error {
 	return nil
 }
 
+// CheckReadTick refuses a read tick (Options.ReadTick) out of its range: 0 (off),
+// or 1ms to 100ms.
+func CheckReadTick(tick time.Duration) error {
+	if tick != 0 && (tick < time.Millisecond || tick > 100*time.Millisecond) {
+		return errors.New("want 0 (off) or 1ms to 100ms")
+	}
+	return nil
+}
+
 // New checks o and returns a Syncer; Run starts it.
 func New(o Options) (*Syncer, error) {
 	if o.Peers == nil {
@@ -239,6 +260,9 @@ func New(o Options) (*Syncer, error) {
 	}
 	if err := CheckTTL(o.TTL, o.Interval); err != nil {
 		return nil, fmt.Errorf("peersync: ttl %v: %w", o.TTL, err)
+	}
+	if err := CheckReadTick(o.ReadTick); err != nil {
+		return nil, fmt.Errorf("peersync: read tick %v: %w", o.ReadTick, err)
 	}
 	setDefault(&o.MaxMessageBytes, DefaultMaxMessageBytes)
 	setDefault(&o.MaxValueBytes, DefaultMaxValueBytes)
@@ -294,6 +318,9 @@ func (s *Syncer) Interval() time.Duration { return s.o.Interval }
 
 // TTL is the time a peer's values count without a message from it.
 func (s *Syncer) TTL() time.Duration { return s.o.TTL }
+
+// ReadTick is the read tick in force (Options.ReadTick; 0: off).
+func (s *Syncer) ReadTick() time.Duration { return s.o.ReadTick }
 
 // Run follows the membership, serves the peers' pushes and pushes this replica's
 // values until ctx ends. It returns nil then; it does not end before: an error of

@@ -21,6 +21,10 @@ import (
 
 const testInterval = 20 * time.Millisecond
 
+// testReadTick is the ReadTick of every replica a test starts: 0, but for
+// TestReadTickKeepsEveryPromise's run of the other tests.
+var testReadTick time.Duration
+
 // replica is one syncer on 127.0.0.1 with a membership of its own.
 type replica struct {
 	name     string
@@ -71,6 +75,7 @@ func startReplica(t *testing.T, name string, opts ...clusterOption) *replica {
 	// A TTL of 25 intervals: a loaded machine (the race detector, TLS) must not
 	// expire a peer that is only slow; the tests of the TTL set their own.
 	o := Options{Self: peers.Self{Namespace: "ns", Name: name}, Peers: r.members, Listener: l, Interval: testInterval, TTL: 25 * testInterval, Instance: instance, Log: testr.NewWithOptions(t, testr.Options{Verbosity: 1}).WithValues("replica", name)}
+	o.ReadTick = testReadTick
 	for _, f := range opts {
 		f(&o)
 	}
