@@ -58,6 +58,8 @@ const (
 	// DefaultAddress is the peer-sync port's, where neither the parameters, the
 	// discovery plugin nor the environment give one.
 	DefaultAddress = ":9005"
+	// DefaultReadTick is the readTick parameter's default.
+	DefaultReadTick time.Duration = 0
 )
 
 var (
@@ -97,6 +99,14 @@ type Parameters struct {
 	// 64).
 	MaxEntries int `json:"maxEntries,omitempty"`
 	MaxKeys    int `json:"maxKeys,omitempty"`
+	// ReadTick: the peers' frames are read, and the broadcasts (the shared prefix
+	// index's placements) flushed, at the ticks of a grid of this period, the same
+	// on every replica, rather than each frame when it arrives; a replica then wakes
+	// once a tick for all its peers, not once a frame (docs/DECISIONS.md, "Capacity
+	// of active-active replicas"). Adds up to a tick to a placement's way to the
+	// peers. Default 0: each frame is read when it arrives; else 1ms to 100ms. Not
+	// yet measured by the capacity bench: off until it is.
+	ReadTick *params.Duration `json:"readTick,omitempty"`
 	// TLSDir, if set, turns on mutual TLS with the ca.crt, tls.crt and tls.key of a
 	// Secret mounted there (env EPP_PEER_SYNC_TLS_DIR); TLSServerName, if set, is the
 	// name the peers' certificates must hold. TLSRequireReplicaName binds each
@@ -168,6 +178,13 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 			return nil, fmt.Errorf("invalid ttl=%v: %w", ttl, err)
 		}
 	}
+	readTick := DefaultReadTick
+	if p.ReadTick != nil {
+		readTick = p.ReadTick.Duration
+		if err := peersync.CheckReadTick(readTick); err != nil {
+			return nil, fmt.Errorf("invalid readTick=%v: %w", readTick, err)
+		}
+	}
 	if p.TLSRequireReplicaName && p.TLSDir == "" && os.Getenv(TLSDirEnv) == "" {
 		return nil, fmt.Errorf("%s: tlsRequireReplicaName needs mutual TLS: set tlsDir (or %s)", Type, TLSDirEnv)
 	}
@@ -207,7 +224,7 @@ func Factory(name string, parameters *json.Decoder, handle fwkplugin.Handle) (fw
 	s, err := peersync.New(peersync.Options{
 		Self: self, Peers: pd.Peers(), Listener: l, Interval: interval, TTL: ttl,
 		MaxMessageBytes: p.MaxMessageBytes, MaxValueBytes: p.MaxValueBytes, MaxEntries: p.MaxEntries, MaxKeys: p.MaxKeys,
-		TLS: tlsFiles, PeersReady: pd.Ready(), SelfListed: pd.SelfListed, SourceAddress: sourceAddress(self), Instance: name, Log: log,
+		ReadTick: readTick, TLS: tlsFiles, PeersReady: pd.Ready(), SelfListed: pd.SelfListed, SourceAddress: sourceAddress(self), Instance: name, Log: log,
 	})
 	if err != nil {
 		l.Close()

@@ -210,6 +210,8 @@ func TestParametersAreChecked(t *testing.T) {
 		{`{"peerDiscoveryRef": "nope"}`, `peerDiscoveryRef="nope" names no peer-discovery plugin`},
 		{`{"peerDiscoveryRef": "pd", "interval": "1ms"}`, "invalid interval=1ms"},
 		{`{"peerDiscoveryRef": "pd", "interval": "100ms", "ttl": "50ms"}`, "invalid ttl=50ms"},
+		{`{"peerDiscoveryRef": "pd", "readTick": "500us"}`, "invalid readTick=500µs"},
+		{`{"peerDiscoveryRef": "pd", "readTick": "1s"}`, "invalid readTick=1s"},
 		{`{"peerDiscoveryRef": "pd", "address": "9005"}`, `invalid address="9005"`},
 		{`{"peerDiscoveryRef": "pd", "tlsDir": "/nonexistent"}`, `invalid tlsDir="/nonexistent"`},
 		{`{"peerDiscoveryRef": "pd", "bogus": 1}`, "unknown field"},
@@ -217,6 +219,22 @@ func TestParametersAreChecked(t *testing.T) {
 		_, err := peersyncer.Factory("s", params(c.params), h)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: got %v, want an error with %q", c.params, err, c.want)
+		}
+	}
+	for params_, want := range map[string]time.Duration{`{"peerDiscoveryRef": "pd", "address": "127.0.0.2:0"}`: peersyncer.DefaultReadTick,
+		`{"peerDiscoveryRef": "pd", "address": "127.0.0.2:0", "readTick": "10ms"}`: 10 * time.Millisecond} {
+		h := fwkplugin.NewEppHandle(t.Context(), nil) // one syncer per discovery plugin, stopped with the test
+		pd, err := fwkplugin.Registry[peerdiscovery.DNSType]("pd", params(`{"name": "`+dnsName+`"}`), h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.AddPlugin("pd", pd)
+		p, err := peersyncer.Factory("s", params(params_), h)
+		if err != nil {
+			t.Fatalf("%s: %v", params_, err)
+		}
+		if got := p.(*peersyncer.Plugin).Syncer().ReadTick(); got != want {
+			t.Errorf("%s: the syncer reads at a tick of %v, want %v", params_, got, want)
 		}
 	}
 	t.Setenv("EPP_PEER_SYNC_INTERVAL", "soon")
