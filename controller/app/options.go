@@ -121,11 +121,6 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	return o, o.complete(sourceFlags, getenv, stderr)
 }
 
-// MembershipEnv is the environment variable that sets the default of
-// --epp-peer-membership (what a kustomize component can add to a sidecar without
-// rewriting its args): discovery.MembershipSetting's.
-const MembershipEnv = "EPP_PEER_MEMBERSHIP"
-
 // ProbeIntervalEnv is the environment variable that sets the default of
 // --epp-peer-probe-interval: what a kustomize component can add to a container
 // without rewriting its args.
