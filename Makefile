@@ -378,7 +378,7 @@ bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replic
 	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md,$(ROOT)/docs/SHARING-STATE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
 
 .PHONY: bench-capacity
-bench-capacity: k8s build-llmd ## Capacity: llm-d-router's EPP at 1, 3 and 8 replicas (one replica, LocalSyncer, peer-syncer, the shared prefix index on both profiles) under open-loop load at 3 rates, model servers that answer at once, each configuration in rounds beside a one-replica reference; the marginal CPU per request (the slope of CPU against rate, every replica's), requests per core, scaling efficiency paired by round; writes docs/PERFORMANCE.md (and its headline into README.md) and docs/capacity-bench.svg (~12 min; not in make test).
+bench-capacity: k8s build-llmd ## Capacity: llm-d-router's EPP at 1, 3 and 8 replicas (one replica, LocalSyncer, peer-syncer, the shared prefix index on both profiles, and on the default one with a 10 ms read tick) under open-loop load at 3 rates, model servers that answer at once, each configuration in rounds beside a one-replica reference; the marginal CPU per request (the slope of CPU against rate, every replica's), requests per core, scaling efficiency paired by round; writes docs/PERFORMANCE.md (and its headline into README.md) and docs/capacity-bench.svg (~14 min; not in make test).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
 	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md --plot=$(ROOT)/docs/capacity-bench.svg $(BENCH_CAPACITY_FLAGS)
 

@@ -69,7 +69,7 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	fs := flag.NewFlagSet("capacity", flag.ExitOnError)
 	var o capacityOptions
 	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
-	configs := fs.String("configs", "single,local,peer,shared-index-default,shared-index", "configurations (of run's): single runs 1 replica (the reference every other one is paired with), the others --replicas")
+	configs := fs.String("configs", "single,local,peer,shared-index-default,shared-index-tick,shared-index", "configurations (of run's): single runs 1 replica (the reference every other one is paired with), the others --replicas")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	rates := fs.String("rates", "60,120,180", "open-loop request rates, in requests a second over every replica together (at least 2; with the idle windows, a slope has 3 points or more)")
 	fs.DurationVar(&o.window, "window", 2500*time.Millisecond, "each window (a rate's, or an idle one)")
@@ -817,7 +817,7 @@ func capacityReport(o capacityOptions, results []capacityResult, took time.Durat
 			eff = "the reference"
 		case e.n > 0:
 			eff = e.format(2)
-			if (r.config == "shared-index" || r.config == "shared-index-default") && r.replicas == 8 {
+			if strings.HasPrefix(r.config, "shared-index") && r.replicas == 8 {
 				eff += ": " + e.shown(1/targetMarginal)
 			}
 		}
@@ -920,7 +920,7 @@ func capacityPlot(o capacityOptions, results []capacityResult) string {
 		fmt.Fprintf(&sb, `<text x="%.0f" y="%.0f" text-anchor="end">%.0f</text>`+"\n", left-5, y(v)+4, v)
 	}
 	fmt.Fprintf(&sb, `<text x="12" y="%.0f" transform="rotate(-90 12 %.0f)" text-anchor="middle">requests per core of EPP</text>`+"\n", (top+h-bottom)/2, (top+h-bottom)/2)
-	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd"}
+	colors := []string{"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"}
 	one := findCapacity(results, "single", 1)
 	for ci, c := range o.configs {
 		if c.single {

@@ -111,7 +111,7 @@ func TestCapacityReportAndPlot(t *testing.T) {
 			lines++
 		}
 	}
-	if lines != 4 { // local, peer and shared-index-default (one point: the single replica's), shared-index
-		t.Errorf("%d lines in the plot, want 4", lines)
+	if lines != 5 { // local, peer, shared-index-default and shared-index-tick (one point: the single replica's), shared-index
+		t.Errorf("%d lines in the plot, want 5", lines)
 	}
 }
