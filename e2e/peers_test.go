@@ -39,9 +39,9 @@ func TestPeerDiscovery(t *testing.T) {
 // level when restricted, and deletes it when the test ends.
 func createNamespace(t *testing.T, ns string, restricted bool) {
 	t.Helper()
-	labels := map[string]string{}
+	var labels map[string]string
 	if restricted {
-		labels["pod-security.kubernetes.io/enforce"] = "restricted"
+		labels = testenv.RestrictedPodSecurity()
 	}
 	if _, err := clientset.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name: ns, Labels: labels,

@@ -39,6 +39,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/kindnode"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/inflight"
@@ -169,7 +170,7 @@ func newCluster(t *testing.T, prefix string) *cluster {
 		t.Fatalf("the kind cluster has %d node(s): state sync across nodes needs 3 (make e2e-kind's default KIND_NODES=3)", len(nodes.Items))
 	}
 	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns,
-		Labels: map[string]string{"pod-security.kubernetes.io/enforce": "restricted"}}}, metav1.CreateOptions{}); err != nil {
+		Labels: testenv.RestrictedPodSecurity()}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.cs.CoreV1().Namespaces().Delete(context.Background(), c.ns, metav1.DeleteOptions{}) })

@@ -60,11 +60,7 @@ func Client(t testing.TB, env *testenv.Env) (client.Client, *Warnings) {
 // restricted pod security level.
 func RestrictedNamespace(t testing.TB, env *testenv.Env, prefix string) string {
 	t.Helper()
-	ns, err := env.CreateNamespace(context.Background(), prefix, map[string]string{
-		"pod-security.kubernetes.io/enforce": "restricted",
-		"pod-security.kubernetes.io/warn":    "restricted",
-		"pod-security.kubernetes.io/audit":   "restricted",
-	})
+	ns, err := env.CreateNamespace(context.Background(), prefix, testenv.RestrictedPodSecurity())
 	if err != nil {
 		t.Fatal(err)
 	}

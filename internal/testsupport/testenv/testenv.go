@@ -192,6 +192,17 @@ func WriteKubeconfig(cfg *rest.Config, path string) error {
 	return clientcmd.WriteToFile(*kc, path)
 }
 
+// RestrictedPodSecurity are the labels of a namespace that enforces, warns of and
+// audits the restricted pod security level: where the tests run the pods the
+// project ships, so that a pod that would not pass it fails them.
+func RestrictedPodSecurity() map[string]string {
+	return map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+		"pod-security.kubernetes.io/warn":    "restricted",
+		"pod-security.kubernetes.io/audit":   "restricted",
+	}
+}
+
 // CreateNamespace creates a namespace with a generated name from prefix and labels.
 func (e *Env) CreateNamespace(ctx context.Context, prefix string, labels map[string]string) (string, error) {
 	ns, err := e.Clientset.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{
