@@ -13,7 +13,6 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 )
 
 // Defaults of the flags.
@@ -36,10 +35,11 @@ type Options struct {
 	ProbeAddr     string
 	// ProbeInterval turns reachability probing on (> 0): every peer's peer-sync port
 	// is connected to about this often (--epp-peer-probe-interval, default from
-	// EPP_PEER_PROBE_INTERVAL).
+	// EPP_PEER_PROBE_INTERVAL: discovery.ProbeIntervalSetting).
 	ProbeInterval time.Duration
 	// PeerSyncAddr, when set, is listened on with a one-line identity reply, so that
-	// the probes of other replicas find this one reachable (--peer-sync-bind-address).
+	// the probes of other replicas find this one reachable (--peer-sync-bind-address,
+	// default from EPP_PEER_SYNC_ADDRESS: discovery.PeerSyncAddressSetting).
 	PeerSyncAddr string
 
 	// PeerSource names the peer source to run (a SourceSpec.Name): the one whose
@@ -92,9 +92,6 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "Path to a kubeconfig (default: $KUBECONFIG, then in-cluster, then ~/.kube/config).")
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", DefaultMetricsAddr, "Address serving /metrics and /debug/peers (plain HTTP).")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", DefaultProbeAddr, "Address serving /healthz and /readyz.")
-	probeDefault, probeEnvErr := probeIntervalFromEnv(getenv)
-	fs.DurationVar(&o.ProbeInterval, "epp-peer-probe-interval", probeDefault, "Probe every peer's peer-sync port (a TCP connect) about this often, jittered, and report reachability in /debug/peers; 0 is off (default from env "+ProbeIntervalEnv+"). Never changes who is a peer.")
-	fs.StringVar(&o.PeerSyncAddr, "peer-sync-bind-address", "", `Listen here (e.g. ":9005") and answer each connection with one line naming this replica, so that other replicas' probes find it reachable; "" is off. Leave it off when another container owns the peer-sync port.`)
 	o.Zap.BindFlags(fs)
 	// Stack traces only for panics: an error log line is one line, unless
 	// --zap-stacktrace-level asks for more (or --zap-devel, with its own default).
@@ -112,26 +109,10 @@ func ParseSources(args []string, getenv func(string) string, stderr io.Writer, s
 	if fs.NArg() > 0 {
 		return o, usageErrorf("unexpected argument %q: epp takes flags only", fs.Arg(0))
 	}
-	if probeEnvErr != nil && !flagSet(fs, "epp-peer-probe-interval") {
-		return o, usageError(probeEnvErr)
-	}
 	if o.Zap.Development && !flagSet(fs, "zap-stacktrace-level") {
 		o.Zap.StacktraceLevel = nil // development mode's default (warnings)
 	}
 	return o, o.complete(sourceFlags, getenv, stderr)
-}
-
-// ProbeIntervalEnv is the environment variable that sets the default of
-// --epp-peer-probe-interval: what a kustomize component can add to a container
-// without rewriting its args.
-const ProbeIntervalEnv = reachability.IntervalEnv
-
-// MinProbeInterval is the shortest probe interval accepted.
-const MinProbeInterval = reachability.MinInterval
-
-func probeIntervalFromEnv(getenv func(string) string) (time.Duration, error) {
-	d, _, err := reachability.IntervalFromEnv(getenv)
-	return d, err
 }
 
 func flagSet(fs *flag.FlagSet, name string) bool {
@@ -150,9 +131,11 @@ func (o *Options) complete(sources *discovery.Flags, getenv func(string) string,
 		return usageError(err)
 	}
 	o.PoolNamespace = ns
-	if err := reachability.CheckInterval(o.ProbeInterval); err != nil {
-		return usageErrorf("--epp-peer-probe-interval=%v: %v", o.ProbeInterval, err)
+	extras, err := sources.Extras()
+	if err != nil {
+		return usageError(err)
 	}
+	o.ProbeInterval, o.PeerSyncAddr = extras.ProbeInterval, extras.PeerSyncAddress
 	selected, values := sources.Selected()
 	if !o.EnablePeerDiscovery {
 		for i, s := range selected {

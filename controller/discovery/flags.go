@@ -51,6 +51,16 @@ func AddFlags(fs *flag.FlagSet, getenv func(string) string, specs []SourceSpec) 
 			panic(fmt.Sprintf("peer source %s: its Select setting %q is not one of its settings with a flag", spec.Name, spec.Select.Param))
 		}
 	}
+	for _, x := range DeclaredExtras() { // every source's, so none owns them
+		if x.Flag == "" {
+			continue
+		}
+		if _, ok := declared[x.Flag]; ok {
+			panic(fmt.Sprintf("a peer source declares --%s, a flag of the extras", x.Flag))
+		}
+		declared[x.Flag] = x
+		order = append(order, x.Flag)
+	}
 	for _, name := range order {
 		x := declared[name]
 		usage := x.Usage
@@ -136,6 +146,16 @@ func (f *Flags) Check() error {
 		}
 	}
 	return nil
+}
+
+// Extras reads the extras (BindExtras) from the flags, each falling back to its
+// variables and its default. Errors are one line naming the flag, or the variable
+// the value came from.
+func (f *Flags) Extras() (Extras, error) {
+	b := newBinder(f.input(""), f.getenv)
+	var e Extras
+	BindExtras(b, &e)
+	return e, b.Err()
 }
 
 // Namespace is the value of NamespaceSetting ("" when unset).

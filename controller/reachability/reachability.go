@@ -27,8 +27,8 @@ import (
 
 // IntervalEnv is the environment variable that sets a probe interval where no flag
 // or parameter does (the epp binary's --epp-peer-probe-interval default, the EPP
-// plugin's probeInterval): what a kustomize component can add to a container without
-// rewriting its args or configuration.
+// plugin's probeInterval; both are discovery.ProbeIntervalSetting): what a kustomize
+// component can add to a container without rewriting its args or configuration.
 const IntervalEnv = "EPP_PEER_PROBE_INTERVAL"
 
 // MinInterval is the shortest probe interval accepted, everywhere: flags,
@@ -44,21 +44,6 @@ func CheckInterval(d time.Duration) error {
 		return nil
 	}
 	return fmt.Errorf("want 0 (off) or at least %v", MinInterval)
-}
-
-// IntervalFromEnv reads IntervalEnv through getenv: set reports whether it is set
-// (unset is off). A value that is not a duration is an error that names the
-// variable; its range is CheckInterval's.
-func IntervalFromEnv(getenv func(string) string) (d time.Duration, set bool, err error) {
-	v := getenv(IntervalEnv)
-	if v == "" {
-		return 0, false, nil
-	}
-	d, err = time.ParseDuration(v)
-	if err != nil {
-		return 0, true, fmt.Errorf("%s=%q: not a duration (e.g. 5s, or 0 for off)", IntervalEnv, v)
-	}
-	return d, true, nil
 }
 
 // Defaults of Options.

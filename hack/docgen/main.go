@@ -199,6 +199,9 @@ func parametersTable() (string, error) {
 	if len(rows) == 0 {
 		return "", fmt.Errorf("no source declares a setting")
 	}
+	for _, b := range discovery.DeclaredExtras() {
+		rows = append(rows, &row{b: b, sources: []string{"every source"}})
+	}
 	var b strings.Builder
 	b.WriteString("| parameter | `epp` flag | env | type | default | sources | meaning |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range rows {

@@ -8,8 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"reflect"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,20 +82,17 @@ func Factory(spec discovery.SourceSpec) fwkplugin.FactoryFunc {
 		if err := params.Decode(typ, parameters, &raw); err != nil {
 			return nil, err
 		}
-		extras, rest, err := splitExtras(raw)
-		if err != nil {
-			return nil, fmt.Errorf("%s parameters: %w", typ, err)
-		}
+		extras, rest, extrasErr := discovery.ConfigureExtras(raw, getenv)
 		c, err := discovery.ConfigureParams(spec, rest, getenv, os.Hostname)
 		if unknown := (*discovery.UnknownParamError)(nil); errors.As(err, &unknown) {
-			unknown.Known = append(unknown.Known, extraParams...)
+			unknown.Known = append(unknown.Known, discovery.ExtrasParams()...)
 			return nil, fmt.Errorf("%s parameters: %w", typ, unknown)
 		}
 		if err != nil {
 			return nil, err
 		}
-		if err := extras.resolve(); err != nil {
-			return nil, err
+		if extrasErr != nil {
+			return nil, extrasErr
 		}
 		log := logger(typ, name)
 		d, err := c.PeerDiscovery(name, log, nil)
@@ -107,38 +102,6 @@ func Factory(spec discovery.SourceSpec) fwkplugin.FactoryFunc {
 		return newPlugin(typ, name, d, c.Self, c.Self.Namespace, extras, log)
 	}
 }
-
-// splitExtras takes the Extras' parameters out of raw.
-func splitExtras(raw map[string]json.RawMessage) (Extras, map[string]json.RawMessage, error) {
-	mine, rest := map[string]json.RawMessage{}, map[string]json.RawMessage{}
-	for k, v := range raw {
-		if slices.Contains(extraParams, k) {
-			mine[k] = v
-		} else {
-			rest[k] = v
-		}
-	}
-	var e Extras
-	b, err := json.Marshal(mine)
-	if err != nil {
-		return e, nil, err
-	}
-	if err := json.Unmarshal(b, &e); err != nil {
-		return e, nil, err
-	}
-	return e, rest, nil
-}
-
-// extraParams are the JSON names of the Extras.
-var extraParams = func() []string {
-	var out []string
-	t := reflect.TypeFor[Extras]()
-	for i := range t.NumField() {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		out = append(out, name)
-	}
-	return out
-}()
 
 // Plugin is peer discovery as an EPP plugin: a discovery.PeerDiscovery (one source
 // with its own store), its /debug/peers view, and the optional extras: an address to
@@ -160,77 +123,26 @@ type Plugin struct {
 	syncDone   chan struct{} // closed when it stopped
 }
 
-// Environment variables the Extras fall back to.
+// Environment variables the Extras fall back to (their declaration's).
 const (
-	DebugAddressEnv    = "EPP_PEER_DEBUG_ADDRESS"
-	PeerSyncAddressEnv = "EPP_PEER_SYNC_ADDRESS"
+	DebugAddressEnv    = discovery.DebugAddressEnv
+	PeerSyncAddressEnv = discovery.PeerSyncAddressEnv
 )
 
-// Extras are the parameters every peer-discovery type shares besides its source's.
-// Each falls back to an environment variable (what a kustomize component or a Helm
-// post-renderer can set without editing the EPP's configuration file).
-type Extras struct {
-	// DebugAddress, if set, serves /debug/peers there (e.g. ":9091"). Env
-	// EPP_PEER_DEBUG_ADDRESS.
-	DebugAddress string `json:"debugAddress,omitempty"`
-	// ProbeInterval, if set, probes every peer's peer-sync port (a TCP connect)
-	// about this often, jittered, and shows reachability in /debug/peers; 0 is off,
-	// anything else at least 100ms (reachability.CheckInterval, as the binary's
-	// --epp-peer-probe-interval). Env EPP_PEER_PROBE_INTERVAL.
-	ProbeInterval *params.Duration `json:"probeInterval,omitempty"`
-	// PeerSyncAddress, if set, is listened on (":9005") and each connection answered
-	// with one line naming the replica, so that its peers' probes find it reachable
-	// where nothing else listens on the peer-sync port. Env EPP_PEER_SYNC_ADDRESS.
-	PeerSyncAddress string `json:"peerSyncAddress,omitempty"`
-}
-
-// resolve fills the extras from the environment where the parameters leave them
-// out, and validates them; errors name the parameter, or the variable it came from.
-func (e *Extras) resolve() error {
-	name := func(param, env string, fromEnv bool) string {
-		if fromEnv {
-			return env
-		}
-		return param
-	}
-	debugEnv := e.DebugAddress == ""
-	if debugEnv {
-		e.DebugAddress = getenv(DebugAddressEnv)
-	}
-	if err := params.CheckAddress(name("debugAddress", DebugAddressEnv, debugEnv), e.DebugAddress, ":9091"); err != nil {
-		return err
-	}
-	syncEnv := e.PeerSyncAddress == ""
-	if syncEnv {
-		e.PeerSyncAddress = getenv(PeerSyncAddressEnv)
-	}
-	if err := params.CheckAddress(name("peerSyncAddress", PeerSyncAddressEnv, syncEnv), e.PeerSyncAddress, ":9005"); err != nil {
-		return err
-	}
-	if e.ProbeInterval == nil {
-		d, set, err := reachability.IntervalFromEnv(getenv)
-		if err != nil {
-			return fmt.Errorf("invalid %w", err)
-		}
-		if set {
-			e.ProbeInterval = &params.Duration{Duration: d}
-			if err := reachability.CheckInterval(d); err != nil {
-				return fmt.Errorf("invalid %s=%q: %w", reachability.IntervalEnv, getenv(reachability.IntervalEnv), err)
-			}
-		}
-	} else if err := reachability.CheckInterval(e.ProbeInterval.Duration); err != nil {
-		return fmt.Errorf("invalid probeInterval=%q: %w", e.ProbeInterval, err)
-	}
-	return nil
-}
+// Extras are the parameters every peer-discovery type shares besides its source's
+// (discovery.Extras, declared once for the plugins and the epp binary):
+// debugAddress, probeInterval and peerSyncAddress. Each falls back to an
+// environment variable (what a kustomize component or a Helm post-renderer can set
+// without editing the EPP's configuration file).
+type Extras = discovery.Extras
 
 // newPlugin assembles a plugin of type typ named name around d.
 func newPlugin(typ, name string, d *discovery.PeerDiscovery, self peers.Self, namespace string, extras Extras, log logr.Logger) (*Plugin, error) {
 	p := &Plugin{typedName: fwkplugin.TypedName{Type: typ, Name: name}, discovery: d, extras: extras,
 		self: namespace + "/" + self.Name, selfID: self, log: log, debugMux: http.NewServeMux()}
-	if extras.ProbeInterval != nil && extras.ProbeInterval.Duration > 0 {
+	if extras.ProbeInterval > 0 {
 		var err error
-		if p.prober, err = reachability.New(reachability.Options{Interval: extras.ProbeInterval.Duration, Instance: name}, log.WithName("reachability")); err != nil {
+		if p.prober, err = reachability.New(reachability.Options{Interval: extras.ProbeInterval, Instance: name}, log.WithName("reachability")); err != nil {
 			return nil, fmt.Errorf("probeInterval: %w", err)
 		}
 	}
