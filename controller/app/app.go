@@ -14,7 +14,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/debugpeers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubeconfig"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubeconfig"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/reachability"
 )

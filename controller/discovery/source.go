@@ -12,7 +12,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/client-go/rest"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubeconfig"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubeconfig"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubeconfig"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubewatch"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubeconfig"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubewatch"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )

@@ -4,7 +4,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubewatch"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubewatch"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerset"
 )

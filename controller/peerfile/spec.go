@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 

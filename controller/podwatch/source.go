@@ -16,8 +16,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubeconfig"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubewatch"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubeconfig"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubewatch"
 )
 
 // Options tune the source. The zero value is the default.

@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubewatch"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubewatch"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 )
 

@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubeconfig"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubeconfig"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/postrender"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peercheck"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/postrender"
 )
 
 func main() {

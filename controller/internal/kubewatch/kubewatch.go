@@ -52,7 +52,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/metrics"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/metrics"
 )
 
 // Reasons are the failure reasons a source on a Watch reports: a missing Role, a

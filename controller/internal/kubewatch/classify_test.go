@@ -14,7 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/kubewatch"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubewatch"
 )
 
 func TestClassify(t *testing.T) {

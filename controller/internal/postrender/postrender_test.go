@@ -6,7 +6,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/postrender"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/postrender"
 )
 
 // eppChart is what a chart of an EPP renders: a ConfigMap with the configuration, a
