@@ -16,6 +16,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
@@ -82,8 +83,8 @@ func TestBroadcastReachesEveryPeerWithinTheWindow(t *testing.T) {
 			lat = append(lat, at.Sub(sent))
 		}
 	}
-	t.Logf("published to received: p50 %v, p99 %v (window %v)", percentile(lat, 0.5), percentile(lat, 0.99), DefaultBroadcastWindow)
-	if p99 := percentile(lat, 0.99); p99 > 500*time.Millisecond {
+	t.Logf("published to received: p50 %v, p99 %v (window %v)", stats.Percentile(lat, 0.5), stats.Percentile(lat, 0.99), DefaultBroadcastWindow)
+	if p99 := stats.Percentile(lat, 0.99); p99 > 500*time.Millisecond {
 		t.Errorf("p99 %v from Publish to a peer's Receive, want within the window (%v) and a write", p99, DefaultBroadcastWindow)
 	}
 	boxes[1].mu.Lock()
@@ -424,14 +425,4 @@ func TestFirstVersionListenerGetsStatesOnly(t *testing.T) {
 	if states == 0 {
 		t.Fatal("the listener got no state at all")
 	}
-}
-
-// percentile of durations (p in [0, 1]).
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	if len(s) == 0 {
-		return 0
-	}
-	return s[min(len(s)-1, int(float64(len(s))*p))]
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
@@ -371,8 +372,8 @@ func TestASlowPeerDoesNotDelayTheOthers(t *testing.T) {
 			}
 		}
 	}
-	p99 := percentile(lat, 0.99)
-	t.Logf("to the fast peer while another is stalled: p50 %v, p99 %v (TTL %v)", percentile(lat, 0.5), p99, rs[1].s.TTL())
+	p99 := stats.Percentile(lat, 0.99)
+	t.Logf("to the fast peer while another is stalled: p50 %v, p99 %v (TTL %v)", stats.Percentile(lat, 0.5), p99, rs[1].s.TTL())
 	if p99 > rs[1].s.TTL() {
 		t.Errorf("p99 %v from Publish to the fast peer, want within its TTL (%v): the slow peer delays it", p99, rs[1].s.TTL())
 	}

@@ -34,7 +34,6 @@ import (
 	"net"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +41,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
 )
 
@@ -196,9 +196,9 @@ type measurement struct {
 
 func (m measurement) String() string {
 	return fmt.Sprintf("start-up %v, latency p50 %v p99 %v (API server p50 %v, own share p50 %v p99 %v), GET p50 %v, CPU/event %v, reads/event %.3f",
-		m.startup.Round(time.Millisecond), round(quantile(m.latency, 0.5)), round(quantile(m.latency, 0.99)),
-		round(quantile(m.delivery, 0.5)), round(quantile(m.share, 0.5)), round(quantile(m.share, 0.99)),
-		round(quantile(m.gets, 0.5)), round(m.cpuPerEvent), m.readsPerEvnt)
+		m.startup.Round(time.Millisecond), round(stats.Percentile(m.latency, 0.5)), round(stats.Percentile(m.latency, 0.99)),
+		round(stats.Percentile(m.delivery, 0.5)), round(stats.Percentile(m.share, 0.5)), round(stats.Percentile(m.share, 0.99)),
+		round(stats.Percentile(m.gets, 0.5)), round(m.cpuPerEvent), m.readsPerEvnt)
 }
 
 func round(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
@@ -378,15 +378,4 @@ func freeAddr() string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// quantile of ds (nearest rank); 0 for none.
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := int(q*float64(len(s))+0.5) - 1
-	return s[min(max(i, 0), len(s)-1)]
 }

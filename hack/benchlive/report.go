@@ -3,12 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 )
 
 // results collects every run's measurement.
@@ -49,30 +49,18 @@ func fmtMs(v float64) string {
 }
 
 var (
-	latencyP50  = metric{"write → `/debug/peers`, p50", func(m measurement) float64 { return ms(quantile(m.latency, 0.5)) }, fmtMs}
-	latencyP99  = metric{"write → `/debug/peers`, p99", func(m measurement) float64 { return ms(quantile(m.latency, 0.99)) }, fmtMs}
-	deliveryP50 = metric{"of which the API server: write → event at a bare watch, p50", func(m measurement) float64 { return ms(quantile(m.delivery, 0.5)) }, fmtMs}
-	deliveryP99 = metric{"of which the API server, p99", func(m measurement) float64 { return ms(quantile(m.delivery, 0.99)) }, fmtMs}
-	shareP50    = metric{"the replica's own share: event at a bare watch → `/debug/peers`, p50", func(m measurement) float64 { return ms(quantile(m.share, 0.5)) }, fmtMs}
-	shareP99    = metric{"the replica's own share, p99", func(m measurement) float64 { return ms(quantile(m.share, 0.99)) }, fmtMs}
-	getP50      = metric{"one `GET /debug/peers`, p50", func(m measurement) float64 { return ms(quantile(m.gets, 0.5)) }, fmtMs}
+	latencyP50  = metric{"write → `/debug/peers`, p50", func(m measurement) float64 { return ms(stats.Percentile(m.latency, 0.5)) }, fmtMs}
+	latencyP99  = metric{"write → `/debug/peers`, p99", func(m measurement) float64 { return ms(stats.Percentile(m.latency, 0.99)) }, fmtMs}
+	deliveryP50 = metric{"of which the API server: write → event at a bare watch, p50", func(m measurement) float64 { return ms(stats.Percentile(m.delivery, 0.5)) }, fmtMs}
+	deliveryP99 = metric{"of which the API server, p99", func(m measurement) float64 { return ms(stats.Percentile(m.delivery, 0.99)) }, fmtMs}
+	shareP50    = metric{"the replica's own share: event at a bare watch → `/debug/peers`, p50", func(m measurement) float64 { return ms(stats.Percentile(m.share, 0.5)) }, fmtMs}
+	shareP99    = metric{"the replica's own share, p99", func(m measurement) float64 { return ms(stats.Percentile(m.share, 0.99)) }, fmtMs}
+	getP50      = metric{"one `GET /debug/peers`, p50", func(m measurement) float64 { return ms(stats.Percentile(m.gets, 0.5)) }, fmtMs}
 	cpuPerEvent = metric{"CPU per single-endpoint change", func(m measurement) float64 { return ms(m.cpuPerEvent) }, fmtMs}
 	readsPer    = metric{"API reads (LIST, GET) per change", func(m measurement) float64 { return m.readsPerEvnt }, fmtReads}
 	startup     = metric{"start-up to ready", func(m measurement) float64 { return ms(m.startup) }, fmtMs}
 	metrics     = []metric{latencyP50, latencyP99, deliveryP50, deliveryP99, shareP50, shareP99, getP50, cpuPerEvent, readsPer, startup}
 )
-
-func median(vs []float64) float64 {
-	if len(vs) == 0 {
-		return 0
-	}
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
 
 // value is the median over runs of one metric.
 func (r results) value(impl string, n int, m metric) float64 {
@@ -80,7 +68,7 @@ func (r results) value(impl string, n int, m metric) float64 {
 	for _, run := range r.runs[impl][n] {
 		vs = append(vs, m.value(run))
 	}
-	return median(vs)
+	return stats.Median(vs)
 }
 
 // overlap reports whether the runs of epp and of the reference overlap for m at n
@@ -118,10 +106,10 @@ func ratio(a, b float64) string {
 
 func (r results) markdown(o options, took time.Duration) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by `make bench-live`: %d run(s) per size, "+
+	sb.WriteString(markdown.Measured("`make bench-live`"))
+	fmt.Fprintf(&sb, ": %d run(s) per size, "+
 		"the table shows the median of the runs; per run %d changes timed by the poller, %d changes (one every %v) for CPU and API reads, %d GETs. "+
 		"The whole bench took %v.\n\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH,
 		o.runs, o.events, o.cpuEvents, burstEvery, o.gets, took.Round(time.Second))
 	sb.WriteString("| what | peers | epp | reference (plain informer) | epp ÷ reference |\n|---|---:|---:|---:|---:|\n")
 	for _, m := range metrics {
@@ -134,7 +122,7 @@ func (r results) markdown(o options, took time.Duration) string {
 			fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s |\n", m.name, markdown.Thousands(n), m.format(e), m.format(ref), rt)
 		}
 	}
-	e, ref := median(r.rss[implEpp]), median(r.rss[implReference])
+	e, ref := stats.Median(r.rss[implEpp]), stats.Median(r.rss[implReference])
 	fmt.Fprintf(&sb, "| RSS growth with %s slices of other Services in the namespace | 100 | %+.2f MiB | %+.2f MiB | |\n",
 		markdown.Thousands(o.unrelated), e, ref)
 	sb.WriteString("\nGoals of issue 14 (epp's figures, median of runs):\n\n")
@@ -263,7 +251,7 @@ func (r results) goals(o options) []string {
 		e, ref := r.value(implEpp, 10000, startup), r.value(implReference, 10000, startup)
 		out = append(out, fmt.Sprintf("start-up to ready at 10,000 peers no slower than the reference: %s vs %s, %s.", fmtMs(e), fmtMs(ref), verdict(e <= ref)))
 	}
-	e := median(r.rss[implEpp])
+	e := stats.Median(r.rss[implEpp])
 	out = append(out, fmt.Sprintf("RSS growth with %s unrelated slices ≤ 1 MiB: %+.2f MiB, %s.", markdown.Thousands(o.unrelated), e, verdict(e <= 1)))
 	worst := 0.0
 	for _, n := range o.sizes {
@@ -298,7 +286,7 @@ func (r results) smokeCheck(o options) error {
 			errs = append(errs, fmt.Errorf("llm-d-router's EPP at %d peers: %.3f API reads per change, want none", n, v))
 		}
 	}
-	if e := median(r.rss[implEpp]); e > 5 {
+	if e := stats.Median(r.rss[implEpp]); e > 5 {
 		errs = append(errs, fmt.Errorf("epp's RSS grew by %.1f MiB with %d unrelated slices", e, o.unrelated))
 	}
 	return errors.Join(errs...)

@@ -1,5 +1,6 @@
 // Package markdown writes the benchmarks' figures into the project's markdown docs
-// (numbers as the docs print them, and a generated section between two markers),
+// (numbers as the docs print them, the line that says where and when they were
+// measured, and a generated section between two markers),
 // and reads the code blocks of a doc, for tests that compile or run what the docs
 // show.
 package markdown
@@ -7,9 +8,20 @@ package markdown
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"time"
 )
+
+// Measured is how a benchmark's generated section begins: the day (UTC), the
+// machine's cores, the Go version and platform, and what ran it, e.g.
+// Measured("`make bench-sync`") is "Measured 2026-12-06 on 2 cores (go1.26.8,
+// linux/amd64) by `make bench-sync`".
+func Measured(by string) string {
+	return fmt.Sprintf("Measured %s on %d cores (%s, %s/%s) by %s", time.Now().UTC().Format("2006-01-02"),
+		runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, by)
+}
 
 // Thousands is n with commas between groups of three digits: 1,234,567.
 func Thousands(n int) string {

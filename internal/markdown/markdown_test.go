@@ -3,6 +3,7 @@ package markdown
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"testing"
 )
 
@@ -39,5 +40,13 @@ func TestCodeBlocks(t *testing.T) {
 	}
 	if got := CodeBlocks(doc, "yaml"); len(got) != 0 {
 		t.Errorf("CodeBlocks(yaml) = %q, want none", got)
+	}
+}
+
+func TestMeasured(t *testing.T) {
+	got := Measured("`make bench-sync`")
+	want := regexp.MustCompile("^Measured [0-9]{4}-[0-9]{2}-[0-9]{2} on [0-9]+ cores \\(go[^,]+, [a-z0-9]+/[a-z0-9]+\\) by `make bench-sync`$")
+	if !want.MatchString(got) {
+		t.Errorf("Measured: %q, want the day, the cores, Go and the platform, then what ran it", got)
 	}
 }

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
@@ -132,12 +132,6 @@ func podOf(ids []string, endpoint string) string {
 	return "unknown " + endpoint
 }
 
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
-
 // TestRealEPPSharesInFlightLoad: three replicas of the real EPP with peer-syncer.
 // Requests held open through replica A count as in-flight load on A's endpoints on
 // B and C (within 5 s; how long it took is logged as p50 and p99 over the runs, to
@@ -196,8 +190,8 @@ func TestRealEPPSharesInFlightLoad(t *testing.T) {
 		cleared = append(cleared, waitLoads(t, fmt.Sprintf("run %d: requests ended", run), 5*time.Second, rs, all, idle))
 	}
 	t.Logf("in-flight load of %d requests held through A, on B and C: p50 %v, p99 %v (%d runs; interval %v); back to 0 after they end: p50 %v, p99 %v",
-		n, percentile(seen, 0.5).Round(time.Millisecond), percentile(seen, 0.99).Round(time.Millisecond), runs, syncInterval,
-		percentile(cleared, 0.5).Round(time.Millisecond), percentile(cleared, 0.99).Round(time.Millisecond))
+		n, stats.Percentile(seen, 0.5).Round(time.Millisecond), stats.Percentile(seen, 0.99).Round(time.Millisecond), runs, syncInterval,
+		stats.Percentile(cleared, 0.5).Round(time.Millisecond), stats.Percentile(cleared, 0.99).Round(time.Millisecond))
 
 	// A holds 3 requests: one endpoint has more than the other. Every request through
 	// B goes to the less loaded one (B has none of its own): without the shared load

@@ -19,6 +19,7 @@ import (
 	attrprefix "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/attribute/prefix"
 	"github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/scheduling/scorer/prefix"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/pluginfleet"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
@@ -202,12 +203,6 @@ func waitMatched(t *testing.T, r *replica, tokens []uint32, server, want int) ti
 	})
 }
 
-func percentile(ds []time.Duration, p float64) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[min(len(s)-1, int(float64(len(s))*p))]
-}
-
 // TestADecisionReachesEveryPeersIndex: a request routed through replica A to a
 // server is, within the window and a write, in B's and C's index: the next turn of
 // the conversation, sent to B or C, matches that server's blocks, and upstream's
@@ -237,8 +232,8 @@ func TestADecisionReachesEveryPeersIndex(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("decision on A to a peer's index: p50 %v, p99 %v (window %v)", percentile(lat, 0.5), percentile(lat, 0.99), sharedprefix.DefaultWindow)
-	if p99 := percentile(lat, 0.99); p99 > 250*time.Millisecond {
+	t.Logf("decision on A to a peer's index: p50 %v, p99 %v (window %v)", stats.Percentile(lat, 0.5), stats.Percentile(lat, 0.99), sharedprefix.DefaultWindow)
+	if p99 := stats.Percentile(lat, 0.99); p99 > 250*time.Millisecond {
 		t.Errorf("p99 %v from a decision to a peer's index, want about the window (the bench measures it against 50 ms)", p99)
 	}
 

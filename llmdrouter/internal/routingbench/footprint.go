@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"slices"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 )
 
 // footprint is a configuration's replicas at the end of its runs: their memory
@@ -35,24 +37,10 @@ func footprintOf(c configuration, procs []*eppProc) (footprint, error) {
 	}
 	return f, nil
 }
-
-// median of vs (0 when empty).
-func median[T int64 | float64](vs []T) T {
-	if len(vs) == 0 {
-		return 0
-	}
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 
 func (f footprint) summary() string {
-	s := fmt.Sprintf("memory per replica %s (peak %s at most)", mib(median(f.rss)), mib(slices.Max(f.peak)))
+	s := fmt.Sprintf("memory per replica %s (peak %s at most)", mib(stats.Median(f.rss)), mib(slices.Max(f.peak)))
 	if len(f.blocks) > 0 {
 		s += fmt.Sprintf(", shared index %.0f to %.0f blocks", slices.Min(f.blocks), slices.Max(f.blocks))
 	}

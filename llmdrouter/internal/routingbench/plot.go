@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 )
 
 // panel is one workload and size of the plot.
@@ -72,7 +74,7 @@ func plot(panels []panel, counts []int) string {
 		fmt.Fprintf(&sb, `<text x="%d" y="%d" text-anchor="middle" font-weight="bold">%s</text>`+"\n", x0+chartW/2, marginT-10, html.EscapeString(p.title))
 		hits := func(c cell) stat { return statOf(c.runs, func(r result) float64 { return r.hitRate() }) }
 		ttfts := func(c cell) stat {
-			return statOf(c.runs, func(r result) float64 { return float64(percentile(r.ttft, 0.99)) / float64(time.Second) })
+			return statOf(c.runs, func(r result) float64 { return float64(stats.Percentile(r.ttft, 0.99)) / float64(time.Second) })
 		}
 		chart(&sb, x0, marginT, p, xs, 0, 1, hits, p.blind, fixed(1))
 		top := 0.0

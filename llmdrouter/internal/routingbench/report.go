@@ -3,12 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
 )
 
@@ -118,8 +118,9 @@ func (b *bench) report(took time.Duration) rendered {
 	if b.o.quick {
 		run = "`make bench-routing BENCH_ROUTING_FLAGS=--quick` (a quick set: fewer seeds, no rolling restart)"
 	}
-	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by %s in %v: %d simulated vLLM servers (`modelsim`: KV cache of %s blocks of %d tokens each, at most %d running, steps of %v + %v per decoding request + %v per prefilled token; simulated time %g× the wall clock), the real EPP build (`bin/epp-llmd`) with llm-d-router's default profile, replicas on a real API server (envtest) with `endpointslice-peer-discovery`; %s. Each figure is the median over the seeds, with the range in brackets. TTFT is simulated (the servers' queue and prefill). What a request costs the EPPs in CPU is measured apart, by `make bench-capacity` ([Capacity](#capacity-of-active-active-replicas-make-bench-capacity)): here the model servers share the machine with them.\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, run, took.Round(time.Second),
+	sb.WriteString(markdown.Measured(run))
+	fmt.Fprintf(&sb, " in %v: %d simulated vLLM servers (`modelsim`: KV cache of %s blocks of %d tokens each, at most %d running, steps of %v + %v per decoding request + %v per prefilled token; simulated time %g× the wall clock), the real EPP build (`bin/epp-llmd`) with llm-d-router's default profile, replicas on a real API server (envtest) with `endpointslice-peer-discovery`; %s. Each figure is the median over the seeds, with the range in brackets. TTFT is simulated (the servers' queue and prefill). What a request costs the EPPs in CPU is measured apart, by `make bench-capacity` ([Capacity](#capacity-of-active-active-replicas-make-bench-capacity)): here the model servers share the machine with them.\n",
+		took.Round(time.Second),
 		b.o.servers, markdown.Thousands(cfg.CapacityBlocks), cfg.BlockTokens, cfg.MaxRunning, cfg.StepBase, cfg.StepPerSequence, cfg.PrefillPerToken, b.o.sim.speedup, b.seedsText())
 	var steps, late int64
 	idle := map[string]float64{}
@@ -186,8 +187,8 @@ func (b *bench) report(took time.Duration) rendered {
 					statOf(c.runs, func(r result) float64 { return r.precision() }).format(fixed(2)),
 					same,
 					statOf(c.runs, func(r result) float64 { return r.imbalance }).format(fixed(2)),
-					statOf(c.runs, func(r result) float64 { return float64(percentile(r.ttft, 0.5)) }).format(millis),
-					statOf(c.runs, func(r result) float64 { return float64(percentile(r.ttft, 0.99)) }).format(millis),
+					statOf(c.runs, func(r result) float64 { return float64(stats.Percentile(r.ttft, 0.5)) }).format(millis),
+					statOf(c.runs, func(r result) float64 { return float64(stats.Percentile(r.ttft, 0.99)) }).format(millis),
 					statOf(c.runs, func(r result) float64 { return r.reqPerSec() }).format(fixed(0)),
 					errs)
 			}
@@ -244,7 +245,7 @@ func findings(cells []cell) string {
 	}
 	hit := func(c *cell) float64 { return statOf(c.runs, func(r result) float64 { return r.hitRate() }).med }
 	p99 := func(c *cell) time.Duration {
-		return time.Duration(statOf(c.runs, func(r result) float64 { return float64(percentile(r.ttft, 0.99)) }).med)
+		return time.Duration(statOf(c.runs, func(r result) float64 { return float64(stats.Percentile(r.ttft, 0.99)) }).med)
 	}
 	one := find("single", 1)
 	if one == nil {

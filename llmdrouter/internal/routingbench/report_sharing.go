@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
 )
 
@@ -128,9 +129,9 @@ func (b *bench) costTable() string {
 			}
 			mem, blocks := "–", "–"
 			if f := b.footprint(c.name, n); f != nil && len(f.rss) > 0 {
-				mem = fmt.Sprintf("%s (%s)", mib(median(f.rss)), mib(slices.Max(f.peak)))
+				mem = fmt.Sprintf("%s (%s)", mib(stats.Median(f.rss)), mib(slices.Max(f.peak)))
 				if len(f.blocks) > 0 {
-					blocks = fmt.Sprintf("%.0f", median(f.blocks))
+					blocks = fmt.Sprintf("%.0f", stats.Median(f.blocks))
 				}
 			}
 			row = append(row, mem, blocks)
@@ -217,7 +218,7 @@ func (b *bench) targets() string {
 						route = append(route, r.route...)
 					}
 					slices.Sort(route)
-					row = append(row, prop, millis(float64(percentile(route, 0.99))))
+					row = append(row, prop, millis(float64(stats.Percentile(route, 0.99))))
 					rows = append(rows, "| "+strings.Join(row, " | ")+" |")
 				}
 			}

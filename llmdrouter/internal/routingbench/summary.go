@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/loadgen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/modelsim"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
@@ -177,22 +178,15 @@ func ratio(a, b int) float64 {
 	return float64(a) / float64(b)
 }
 
-func percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	return sorted[min(len(sorted)-1, int(float64(len(sorted))*p))]
-}
-
 // reqPerSec is the answered requests per wall-clock second of the run.
 func (r result) reqPerSec() float64 { return float64(r.answered) / r.wall.Seconds() }
 
 func (r result) summary() string {
 	s := fmt.Sprintf("hit %.3f (blind %.3f, ceiling %.3f), precision %.2f, same server %.2f, imbalance %.2f, TTFT p50 %v p99 %v, %d/%d answered, %.0f req/s, route p50 %v p99 %v, %d late steps of %d",
 		r.hitRate(), r.ref.blind, r.ref.ceiling, r.precision(), r.sameServerShare(), r.imbalance,
-		percentile(r.ttft, 0.5).Round(time.Millisecond), percentile(r.ttft, 0.99).Round(time.Millisecond),
+		stats.Percentile(r.ttft, 0.5).Round(time.Millisecond), stats.Percentile(r.ttft, 0.99).Round(time.Millisecond),
 		r.answered, r.want, r.reqPerSec(),
-		percentile(r.route, 0.5).Round(100*time.Microsecond), percentile(r.route, 0.99).Round(100*time.Microsecond), r.server.Late, r.server.Steps)
+		stats.Percentile(r.route, 0.5).Round(100*time.Microsecond), stats.Percentile(r.route, 0.99).Round(100*time.Microsecond), r.server.Late, r.server.Steps)
 	if r.sync.placementBytes.count > 0 {
 		s += fmt.Sprintf(", %.0f placements of %.0f bytes on average, propagation p50 %s p99 %s",
 			r.sync.placementBytes.count, r.sync.placementBytes.mean(), quantileString(r.sync.propagation, 0.5), quantileString(r.sync.propagation, 0.99))

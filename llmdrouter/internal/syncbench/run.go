@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -348,8 +347,9 @@ const (
 
 func report(o runOptions, rs []result, took time.Duration) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "Measured %s on %d cores (%s, %s/%s) by `make bench-sync`: per case, the CPU time and the bytes sent of one replica process (the EPP's data layer: the discovery plugin on the API server, the syncer, the runtime's publishing loop), whose N−1 peers run as one swarm process (syncers that push to it and hear from it), over a window of %v after every peer was in sync; interval %v; %.0f%% of the endpoints' values changed every interval (100%%: the most a push carries); %d scheduling decisions a second per replica, each reading every endpoint's aggregate. The whole bench took %v.\n\n",
-		time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.Version(), runtime.GOOS, runtime.GOARCH, o.window, o.interval, 100*o.change, o.decisions, took.Round(time.Second))
+	sb.WriteString(markdown.Measured("`make bench-sync`"))
+	fmt.Fprintf(&sb, ": per case, the CPU time and the bytes sent of one replica process (the EPP's data layer: the discovery plugin on the API server, the syncer, the runtime's publishing loop), whose N−1 peers run as one swarm process (syncers that push to it and hear from it), over a window of %v after every peer was in sync; interval %v; %.0f%% of the endpoints' values changed every interval (100%%: the most a push carries); %d scheduling decisions a second per replica, each reading every endpoint's aggregate. The whole bench took %v.\n\n",
+		o.window, o.interval, 100*o.change, o.decisions, took.Round(time.Second))
 	sb.WriteString("| replicas | endpoints | CPU per replica, LocalSyncer | CPU per replica, peer-syncer | sharing costs (difference) | sent per replica | bytes per endpoint per push | visible on another replica, p50 / p99 |\n")
 	sb.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	find := func(s string, n, e int) *result {
