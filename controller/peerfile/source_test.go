@@ -111,7 +111,8 @@ func TestReloadOnWriteCreateAndRename(t *testing.T) {
 	r := run(t, path, 0)
 
 	// Missing at start: not synced, with a clear reason.
-	wait.Until(t, 5*time.Second, "the first read", func() bool { return r.Reads() > 0 })
+	// (The read is counted a moment before its failure is recorded: wait for both.)
+	wait.Until(t, 5*time.Second, "the first read and its failure", func() bool { return r.Reads() > 0 && r.LastError() != nil })
 	if r.Synced() || r.LastError() == nil || !strings.Contains(r.LastError().Error(), "does not exist yet") {
 		t.Fatalf("missing file: synced=%v err=%v", r.Synced(), r.LastError())
 	}
