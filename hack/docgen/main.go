@@ -1,6 +1,7 @@
 // Command docgen writes the reference tables of docs/REFERENCE.md from the code, so
-// that they cannot drift from it: the epp binary's flags (from its -h output, the
-// flag set the binary parses) and the error it prints without a peer source, the
+// that they cannot drift from it: the epp binary's flags (from its -h output: the
+// binary is built and run, with no environment) and the error it prints without a
+// peer source, with its exit code, the
 // peer sources' settings (from each source's
 // discovery.SourceSpec, which both the flags and the EPP plugin parameters come
 // from), the parameters of the plugins peer-syncer and shared-prefix-cache-producer
@@ -26,15 +27,14 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/sources"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
@@ -55,9 +55,20 @@ func main() {
 }
 
 func run(root, file string, write bool) error {
+	dir, err := os.MkdirTemp("", "docgen")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	epp := filepath.Join(dir, "epp")
+	build := exec.Command("go", "build", "-o", epp, "./controller/cmd/epp")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("building the epp binary: %w\n%s", err, out)
+	}
 	tables := map[string]func() (string, error){
-		"flags":      flagsTable,
-		"no-source":  noSourceExample,
+		"flags":      func() (string, error) { return flagsTable(epp) },
+		"no-source":  func() (string, error) { return noSourceExample(epp) },
 		"parameters": parametersTable,
 		"metrics":    func() (string, error) { return metricsTable(root) },
 	}
@@ -115,17 +126,30 @@ func code(s string) string {
 	return "`" + s + "`"
 }
 
+// runEPP runs the epp binary at path with args and no environment: what it writes
+// to stderr and its exit code.
+func runEPP(path string, args ...string) (stderr string, exit int, err error) {
+	cmd := exec.Command(path, args...)
+	cmd.Env = []string{}
+	var out bytes.Buffer
+	cmd.Stderr = &out
+	err = cmd.Run()
+	if failed := (*exec.ExitError)(nil); errors.As(err, &failed) {
+		return out.String(), failed.ExitCode(), nil
+	}
+	return out.String(), 0, err
+}
+
 // flagsTable is the epp binary's flags as its -h prints them (no environment set,
 // so the defaults are the built-in ones).
-func flagsTable() (string, error) {
-	var help bytes.Buffer
-	_, err := app.Parse([]string{"-h"}, func(string) string { return "" }, &help)
-	if !errors.Is(err, app.ErrHelp) {
-		return "", fmt.Errorf("epp -h: want the usage, got %w", err)
+func flagsTable(epp string) (string, error) {
+	help, exit, err := runEPP(epp, "-h")
+	if err != nil || exit != 0 {
+		return "", fmt.Errorf("epp -h: want the usage and exit code 0, got %d, %w:\n%s", exit, err, help)
 	}
 	type entry struct{ name, typ, usage, def string }
 	var entries []entry
-	for _, line := range strings.Split(help.String(), "\n") {
+	for _, line := range strings.Split(help, "\n") {
 		switch {
 		case strings.HasPrefix(line, "  -"):
 			f := strings.Fields(strings.TrimPrefix(line, "  -"))
@@ -162,16 +186,15 @@ func flagsTable() (string, error) {
 	return b.String(), nil
 }
 
-// noSourceExample is what `epp --enable-peer-discovery` prints (the binary writes
-// "epp: " and the error) and its exit code, as a shell session.
-func noSourceExample() (string, error) {
+// noSourceExample is what `epp --enable-peer-discovery` prints and its exit code,
+// as a shell session.
+func noSourceExample(epp string) (string, error) {
 	args := []string{"--enable-peer-discovery"}
-	_, err := app.Parse(args, func(string) string { return "" }, io.Discard)
-	var usage *app.UsageError
-	if !errors.As(err, &usage) {
-		return "", fmt.Errorf("epp %s: want a usage error, got %w", strings.Join(args, " "), err)
+	out, exit, err := runEPP(epp, args...)
+	if err != nil || exit != 2 || !strings.HasPrefix(out, "epp: ") || strings.Count(out, "\n") != 1 {
+		return "", fmt.Errorf("epp %s: want one line that begins with \"epp: \" and exit code 2, got %d, %w:\n%s", strings.Join(args, " "), exit, err, out)
 	}
-	return fmt.Sprintf("```console\n$ bin/epp %s; echo \"exit code $?\"\nepp: %v\nexit code 2\n```\n", strings.Join(args, " "), err), nil
+	return fmt.Sprintf("```console\n$ bin/epp %s; echo \"exit code $?\"\n%sexit code %d\n```\n", strings.Join(args, " "), out, exit), nil
 }
 
 // parametersTable is every source's settings, as its SourceSpec declares them: one
