@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,7 +20,6 @@ import (
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
 	"github.com/llm-d/llm-d-router/pkg/epp/statesync"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/sources"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/dnsserver"
@@ -25,6 +27,61 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 )
+
+// eppDir holds the epp binary that binaryRefusal builds, once per test process.
+var eppDir string
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if eppDir != "" {
+		os.RemoveAll(eppDir)
+	}
+	os.Exit(code)
+}
+
+var eppBinary = sync.OnceValues(func() (string, error) {
+	var err error
+	if eppDir, err = os.MkdirTemp("", "epp-binary"); err != nil {
+		return "", err
+	}
+	path := filepath.Join(eppDir, "epp")
+	if out, err := exec.Command("go", "build", "-o", path, "github.com/epp-peer-discovery/epp-peer-discovery/controller/cmd/epp").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("building the epp binary: %w\n%s", err, out)
+	}
+	return path, nil
+})
+
+// binaryRefusal runs the epp binary with args and only the variables of kv (pairs,
+// a later one winning; those with empty values left out), and returns the error it printed if it exited
+// with code 2 at once, as it does on a bad flag or variable; nil if it did not.
+func binaryRefusal(t *testing.T, args []string, kv ...string) error {
+	t.Helper()
+	epp, err := eppBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, epp, args...)
+	env := map[string]string{} // a later pair wins
+	for i := 0; i+1 < len(kv); i += 2 {
+		env[kv[i]] = kv[i+1]
+	}
+	cmd.Env = []string{}
+	for k, v := range env {
+		if v != "" {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err = cmd.Run()
+	if failed := (*exec.ExitError)(nil); !errors.As(err, &failed) || failed.ExitCode() != 2 {
+		return nil
+	}
+	line, _, _ := strings.Cut(stderr.String(), "\n")
+	return errors.New(strings.TrimPrefix(line, "epp: "))
+}
 
 // The plugin is upstream's PeerDiscovery, compiled against upstream's interfaces.
 var _ fwkdl.PeerDiscovery = (*peerdiscovery.Plugin)(nil)
@@ -78,7 +135,8 @@ func TestRegisteredInTheEPPRegistry(t *testing.T) {
 }
 
 // TestParametersAreValidatedLikeFlags: the plugin refuses what the epp binary's
-// flags refuse, with the same message in the parameter's name.
+// flags refuse (the binary built and run), with the same message in the
+// parameter's name.
 func TestParametersAreValidatedLikeFlags(t *testing.T) {
 	dnsName := "_peer-sync._tcp.epp.ns.svc"
 	tests := []struct {
@@ -105,12 +163,7 @@ func TestParametersAreValidatedLikeFlags(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			kv := append([]string{"POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns"}, tc.env...)
 			setEnv(t, kv...)
-			m := map[string]string{}
-			for i := 0; i+1 < len(kv); i += 2 {
-				m[kv[i]] = kv[i+1]
-			}
-			args := append([]string{"--enable-peer-discovery"}, tc.flags...)
-			_, flagErr := app.Parse(args, func(k string) string { return m[k] }, &bytes.Buffer{})
+			flagErr := binaryRefusal(t, append([]string{"--enable-peer-discovery"}, tc.flags...), kv...)
 			_, paramErr := fwkplugin.Registry[tc.typ]("peers", params(tc.params), nil)
 			if flagErr == nil || paramErr == nil {
 				t.Fatalf("flags: %v; parameters: %v; want both refused", flagErr, paramErr)
@@ -123,51 +176,67 @@ func TestParametersAreValidatedLikeFlags(t *testing.T) {
 }
 
 // TestProbeIntervalMeansTheSameEverywhere: one probe interval, through the
-// binary's flag and the variable, or the plugin's parameter and the variable,
-// means the same: off, on, or refused. (0 used to be off for the binary and an
-// error for the plugin.)
+// plugin's parameter or the variable, is off, on or refused as the table says, and
+// the epp binary (built and run), through its flag or the variable, takes or
+// refuses it alike, in the same words. (0 used to be off for the binary and an
+// error for the plugin. That the binary's accepted values turn probing on or off
+// alike is controller/app's TestProbeIntervalFromEnv: both read
+// discovery.ProbeIntervalSetting.)
 func TestProbeIntervalMeansTheSameEverywhere(t *testing.T) {
 	peerdiscovery.Register()
 	const off, on, refused = "off", "on", "refused"
+	rewrite := strings.NewReplacer("--epp-peer-probe-interval", "probeInterval")
 	for _, tc := range []struct{ value, want string }{
 		{"0", off}, {"0s", off}, {"100ms", on}, {"2s", on}, {"50ms", refused}, {"-1s", refused}, {"5", refused},
 	} {
 		base := []string{"POD_NAME", "epp-0", "POD_IP", "10.0.0.1", "NAMESPACE", "ns"}
-		binary := func(args []string, kv ...string) string {
-			m := map[string]string{}
-			for i := 0; i+1 < len(kv); i += 2 {
-				m[kv[i]] = kv[i+1]
+		// Without a peer source, the binary exits at once: on "needs a peer source"
+		// once it took the interval, else on the interval.
+		binary := func(args []string, kv ...string) error {
+			err := binaryRefusal(t, append([]string{"--enable-peer-discovery"}, args...), kv...)
+			if err == nil {
+				t.Fatalf("epp %v did not exit with code 2", args)
 			}
-			o, err := app.Parse(append([]string{"--enable-peer-discovery", "--epp-peer-service=epp"}, args...), func(k string) string { return m[k] }, &bytes.Buffer{})
-			switch {
-			case err != nil:
-				return refused
-			case o.ProbeInterval > 0:
-				return on
+			if strings.Contains(err.Error(), "needs a peer source") {
+				return nil
 			}
-			return off
+			return err
 		}
-		plugin := func(parameters string, kv ...string) string {
+		plugin := func(parameters string, kv ...string) (string, error) {
 			setEnv(t, kv...)
 			p, err := fwkplugin.Registry[peerdiscovery.EndpointSliceType]("peers", params(parameters), nil)
 			switch {
 			case err != nil:
-				return refused
+				return refused, err
 			case peerdiscovery.Probing(p):
-				return on
+				return on, nil
 			}
-			return off
+			return off, nil
 		}
-		got := map[string]string{
-			"--epp-peer-probe-interval":        binary([]string{"--epp-peer-probe-interval=" + tc.value}, base...),
-			"EPP_PEER_PROBE_INTERVAL (binary)": binary(nil, append(base, "EPP_PEER_PROBE_INTERVAL", tc.value)...),
-			"probeInterval":                    plugin(`{"service": "epp", "probeInterval": "`+tc.value+`"}`, base...),
-			"EPP_PEER_PROBE_INTERVAL (plugin)": plugin(`{"service": "epp"}`, append(base, "EPP_PEER_PROBE_INTERVAL", tc.value)...),
+		viaParam, paramErr := plugin(`{"service": "epp", "probeInterval": "`+tc.value+`"}`, base...)
+		viaEnv, envErr := plugin(`{"service": "epp"}`, append(base, "EPP_PEER_PROBE_INTERVAL", tc.value)...)
+		if viaParam != tc.want || viaEnv != tc.want {
+			t.Errorf("probe interval %q: %s as probeInterval, %s as EPP_PEER_PROBE_INTERVAL; want %s", tc.value, viaParam, viaEnv, tc.want)
 		}
-		for way, g := range got {
-			if g != tc.want {
-				t.Errorf("probe interval %q through %s: %s, want %s", tc.value, way, g, tc.want)
-			}
+		flagErr := binary([]string{"--epp-peer-probe-interval=" + tc.value}, base...)
+		binaryEnvErr := binary(nil, append(base, "EPP_PEER_PROBE_INTERVAL", tc.value)...)
+		if (flagErr != nil) != (paramErr != nil) || (binaryEnvErr != nil) != (envErr != nil) {
+			t.Errorf("probe interval %q: the binary refuses it with %v (flag) and %v (variable), the plugin with %v and %v", tc.value, flagErr, binaryEnvErr, paramErr, envErr)
+			continue
+		}
+		if flagErr == nil {
+			continue
+		}
+		if envErr.Error() != binaryEnvErr.Error() {
+			t.Errorf("EPP_PEER_PROBE_INTERVAL=%q: the plugin refuses it with %q, the binary with %q", tc.value, envErr, binaryEnvErr)
+		}
+		// The flag shows a duration as given, the parameter as JSON. (A value that is
+		// no duration at all is refused by the flag package first, in its own words.)
+		if !strings.HasPrefix(flagErr.Error(), "invalid --") {
+			continue
+		}
+		if want := strings.Replace(rewrite.Replace(flagErr.Error()), "="+tc.value+":", `="`+tc.value+`":`, 1); paramErr.Error() != want {
+			t.Errorf("probeInterval %q refused with %q, want the flag's words %q", tc.value, paramErr, want)
 		}
 	}
 }
