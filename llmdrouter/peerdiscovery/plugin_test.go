@@ -180,7 +180,7 @@ func TestParametersAreValidatedLikeFlags(t *testing.T) {
 // the epp binary (built and run), through its flag or the variable, takes or
 // refuses it alike, in the same words. (0 used to be off for the binary and an
 // error for the plugin. That the binary's accepted values turn probing on or off
-// alike is controller/app's TestProbeIntervalFromEnv: both read
+// alike is controller/internal/app's TestProbeIntervalFromEnv: both read
 // discovery.ProbeIntervalSetting.)
 func TestProbeIntervalMeansTheSameEverywhere(t *testing.T) {
 	peerdiscovery.Register()

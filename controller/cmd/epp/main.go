@@ -18,7 +18,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/kubeconfig"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/postrender"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peercheck"

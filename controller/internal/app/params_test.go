@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/settingnames"
 )
 

@@ -15,8 +15,8 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/debugpeers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/app"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/internal/metrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peerfile"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
