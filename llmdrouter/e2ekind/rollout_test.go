@@ -28,7 +28,7 @@ type rejectionWatch struct {
 	polls map[string]int
 }
 
-func watchRejections(t *testing.T, c *cluster, stop <-chan struct{}) *rejectionWatch {
+func watchRejections(c *cluster, stop <-chan struct{}) *rejectionWatch {
 	w := &rejectionWatch{seen: map[string]map[string]float64{}, polls: map[string]int{}}
 	followed := map[string]bool{}
 	go func() {
@@ -47,14 +47,14 @@ func watchRejections(t *testing.T, c *cluster, stop <-chan struct{}) *rejectionW
 					continue
 				}
 				followed[p.Name] = true
-				go w.follow(t, c, p.Name, stop)
+				go w.follow(c, p.Name, stop)
 			}
 		}
 	}()
 	return w
 }
 
-func (w *rejectionWatch) follow(t *testing.T, c *cluster, pod string, stop <-chan struct{}) {
+func (w *rejectionWatch) follow(c *cluster, pod string, stop <-chan struct{}) {
 	var addr string
 	for addr == "" {
 		select {
@@ -62,7 +62,7 @@ func (w *rejectionWatch) follow(t *testing.T, c *cluster, pod string, stop <-cha
 			return
 		default:
 		}
-		addr = c.tryForward(pod, 9091)
+		addr = c.tryForward(pod, debugPort)
 		if addr == "" {
 			time.Sleep(250 * time.Millisecond)
 		}
@@ -107,11 +107,11 @@ func TestRolloutRestartCountsNoRejection(t *testing.T) {
 	installEPP(t, c, "")
 	stop := make(chan struct{})
 	defer close(stop)
-	w := watchRejections(t, c, stop)
+	w := watchRejections(c, stop)
 	old := eppPods(t, c)
 	all := map[string]string{}
 	for _, p := range old {
-		all[p.Name] = c.forward(t, p.Name, 9091)
+		all[p.Name] = c.forward(t, p.Name)
 	}
 	idle := map[string]int64{ids[0]: 0, ids[1]: 0}
 	waitLoads(t, "every replica in sync before the rollout", 60*time.Second, all, idle)
@@ -147,7 +147,7 @@ func TestRolloutRestartCountsNoRejection(t *testing.T) {
 				t.Fatalf("pod %s survived the rollout restart", p.Name)
 			}
 		}
-		now[p.Name] = c.forward(t, p.Name, 9091)
+		now[p.Name] = c.forward(t, p.Name)
 	}
 	waitLoads(t, "the new replicas in sync after the rollout", 60*time.Second, now, idle)
 	time.Sleep(2 * time.Second) // a last poll of every replica

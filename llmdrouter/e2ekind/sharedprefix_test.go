@@ -118,7 +118,7 @@ func TestSharedPrefixIndexOnKind(t *testing.T) {
 	clients, debug := map[string]*extproc.Client{}, map[string]string{}
 	connect := func(pod string) {
 		grpcAddr := c.forwardExtProc(t, pod)
-		debug[pod] = c.forward(t, pod, 9091)
+		debug[pod] = c.forward(t, pod)
 		cl, err := extproc.DialTLS(grpcAddr)
 		if err != nil {
 			t.Fatalf("ext_proc of %s: %v", pod, err)

@@ -62,10 +62,15 @@ type cluster struct {
 	ns  string
 }
 
-// forward opens a port-forward to port of pod and returns 127.0.0.1:<local port>.
-func (c *cluster) forward(t *testing.T, pod string, port int) string {
+// debugPort is the EPP's debug port (the discovery plugin's debugAddress, where
+// /debug/peers and /debug/peer-sync are served), as the chart sets it.
+const debugPort = 9091
+
+// forward opens a port-forward to the debug port of pod and returns
+// 127.0.0.1:<local port>.
+func (c *cluster) forward(t *testing.T, pod string) string {
 	t.Helper()
-	addr, stop, err := c.openForward(pod, port)
+	addr, stop, err := c.openForward(pod, debugPort)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,15 +112,19 @@ func (c *cluster) openForward(pod string, port int) (string, func(), error) {
 	case <-ready:
 	case err := <-failed:
 		closeIt()
-		return "", nil, fmt.Errorf("port-forward to %s:%d: %v", pod, port, err)
+		return "", nil, fmt.Errorf("port-forward to %s:%d: %w", pod, port, err)
 	case <-time.After(30 * time.Second):
 		closeIt()
 		return "", nil, fmt.Errorf("port-forward to %s:%d not ready within 30 s", pod, port)
 	}
 	ports, err := pf.GetPorts()
-	if err != nil || len(ports) != 1 {
+	if err != nil {
 		closeIt()
-		return "", nil, fmt.Errorf("port-forward to %s:%d: %v", pod, port, err)
+		return "", nil, fmt.Errorf("port-forward to %s:%d: %w", pod, port, err)
+	}
+	if len(ports) != 1 {
+		closeIt()
+		return "", nil, fmt.Errorf("port-forward to %s:%d: %d local ports, want 1", pod, port, len(ports))
 	}
 	return fmt.Sprintf("127.0.0.1:%d", ports[0].Local), closeIt, nil
 }
@@ -231,8 +240,8 @@ func TestStateSyncOnKind(t *testing.T) {
 		t.Fatalf("the replicas are on nodes %v: want one on each of the 3", onNodes)
 	}
 	a, b, cc := pods[0], pods[1], pods[2]
-	peersOf := map[string]string{b.Name: c.forward(t, b.Name, 9091), cc.Name: c.forward(t, cc.Name, 9091)}
-	all := map[string]string{a.Name: c.forward(t, a.Name, 9091)}
+	peersOf := map[string]string{b.Name: c.forward(t, b.Name), cc.Name: c.forward(t, cc.Name)}
+	all := map[string]string{a.Name: c.forward(t, a.Name)}
 	for k, v := range peersOf {
 		all[k] = v
 	}
@@ -360,7 +369,7 @@ type podLogsOnFailure struct {
 }
 
 func (p *podLogsOnFailure) Fatalf(format string, args ...any) {
-	p.T.Helper()
+	p.Helper()
 	msg := fmt.Sprintf(format, args...)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -375,7 +384,7 @@ func (p *podLogsOnFailure) Fatalf(format string, args ...any) {
 	} else {
 		msg += "\nits log: " + err.Error()
 	}
-	p.T.Fatal(msg)
+	p.Fatal(msg)
 }
 
 // modelServers starts the two stand-ins and returns the EPP's endpoint IDs of them.
