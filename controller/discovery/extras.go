@@ -95,16 +95,20 @@ func ExtrasParams() []string {
 	return slices.Clip(out)
 }
 
-// checkAddress refuses what is not host:port with a port ("" is off, never
-// checked: only a value set is).
-func checkAddress(example string) func(string) error {
-	return func(addr string) error {
-		if addr == "" {
-			return nil
-		}
-		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-			return fmt.Errorf("want host:port, e.g. %q", example)
-		}
+// CheckListenAddress refuses a listen address that is not host:port with a port;
+// "" (none) passes. The error says what is wanted, with example; the caller names
+// the setting.
+func CheckListenAddress(addr, example string) error {
+	if addr == "" {
 		return nil
 	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return fmt.Errorf("want host:port, e.g. %q", example)
+	}
+	return nil
+}
+
+// checkAddress is CheckListenAddress for a Binder.
+func checkAddress(example string) func(string) error {
+	return func(addr string) error { return CheckListenAddress(addr, example) }
 }

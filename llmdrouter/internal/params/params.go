@@ -8,8 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
 )
 
 // Decode reads a plugin's parameters into v strictly (unknown fields are errors);
@@ -44,12 +45,10 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 
 // CheckAddress checks an optional listen address (empty is none); the error names
 // it as name (a parameter or the variable it came from) and gives example.
+// The rule is discovery's, the one the discovery plugin's addresses follow.
 func CheckAddress(name, addr, example string) error {
-	if addr == "" {
-		return nil
-	}
-	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-		return fmt.Errorf("invalid %s=%q: want host:port, e.g. %q", name, addr, example)
+	if err := discovery.CheckListenAddress(addr, example); err != nil {
+		return fmt.Errorf("invalid %s=%q: %w", name, addr, err)
 	}
 	return nil
 }
