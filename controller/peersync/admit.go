@@ -29,7 +29,9 @@ import (
 //     here) and its hello, read unbuffered and capped at wire.MaxHelloBytes.
 //  4. The hello's name must be the peer that discovery lists at that address
 //     (waiting as in 1 when it is not, yet), its start time not in the future, and
-//     with TLSFiles.RequireReplicaName the certificate must name it.
+//     with TLSFiles.RequireReplicaName the certificate must name it. When no peer
+//     is listed at that address any more by then, the peer left during the
+//     handshake: the connection is closed, and not counted as refused.
 //
 // Connections not yet admitted are bounded in all and per source address; the
 // handshake timeout bounds how long each is held.
@@ -246,7 +248,14 @@ func (s *Syncer) admit(ctx context.Context, conn net.Conn, ip string) (*inStream
 		return why
 	})
 	if rec == nil {
-		if reason != "" {
+		switch reason {
+		case "":
+		case RejectUnknownSource:
+			// Its address was a peer's when it came (1.): that peer left the
+			// membership during the handshake, as a connection in force is closed
+			// when its peer leaves. Nothing is refused.
+			s.log.V(1).Info("closed a connection whose peer left the membership during its handshake", "address", ip, "replica", h.ID())
+		default:
 			s.reject(reason, "refused a peer's connection", "address", ip, "replica", h.ID())
 		}
 		return nil, nil

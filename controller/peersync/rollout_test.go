@@ -1,6 +1,7 @@
 package peersync
 
 import (
+	"bufio"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync/internal/wire"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 )
 
@@ -383,5 +385,34 @@ func TestAPeerThatDialsInIsDialedBackAtOnce(t *testing.T) {
 	t.Logf("replica a connected to the late peer %v after it started (its backoff's wait: at least %v)", took.Round(time.Millisecond), maxBackoff/2)
 	if took > maxBackoff/4 {
 		t.Errorf("replica a connected to the late peer %v after it started and dialed in, want at once (well within its backoff's wait of at least %v)", took.Round(time.Millisecond), maxBackoff/2)
+	}
+}
+
+// TestAPeerThatLeavesDuringItsHandshakeIsNotRefused: a peer dials while it is
+// listed, and discovery stops listing it (terminating) between its connection's
+// admission by address and its hello; it drops the connection when its own
+// discovery sees it unlisted, as a replica does. That is a peer leaving, as the
+// close of a connection in force would be, not a non-peer: no rejection is counted
+// (the hello's wait for the listing used to end in an unknown-source refusal, seen
+// once in a rollout on kind).
+func TestAPeerThatLeavesDuringItsHandshakeIsNotRefused(t *testing.T) {
+	r := startReplica(t, "r", func(o *Options) { o.HandshakeTimeout = 500 * time.Millisecond })
+	r.listFake("leaving")
+	c := dial(t, r)
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := bufio.NewReader(c).ReadString('\n'); err != nil {
+		t.Fatalf("no banner: %v", err)
+	}
+	// Listed when it came (the banner says it passed), gone before its hello.
+	r.members.DeletePeer(peers.PeerMetadata{Namespace: "ns", Name: "leaving"}.ID())
+	h := wire.AppendHello([]byte(wire.Preface), wire.Hello{Version: wire.Version, Namespace: "ns", Name: "leaving", Start: uint64(time.Now().UnixNano())})
+	if _, err := c.Write(h); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // its own discovery sees it unlisted a little later
+	c.Close()
+	time.Sleep(time.Second) // past the handshake timeout
+	if n, by := r.rejectedAll(); n > 0 {
+		t.Errorf("counted rejections of a peer that left during its handshake: %s", by)
 	}
 }
