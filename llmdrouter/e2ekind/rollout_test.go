@@ -3,6 +3,7 @@
 package e2ekind_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,13 +24,14 @@ import (
 // to its http-peers port, and keeps the most rejections each one's /debug/peer-sync
 // ever showed, until stop.
 type rejectionWatch struct {
-	mu    sync.Mutex
-	seen  map[string]map[string]float64 // pod -> reason -> most
-	polls map[string]int
+	mu      sync.Mutex
+	seen    map[string]map[string]float64 // pod -> reason -> most
+	polls   map[string]int
+	refused map[string][]string // pod -> its log lines that say it refused
 }
 
 func watchRejections(c *cluster, stop <-chan struct{}) *rejectionWatch {
-	w := &rejectionWatch{seen: map[string]map[string]float64{}, polls: map[string]int{}}
+	w := &rejectionWatch{seen: map[string]map[string]float64{}, polls: map[string]int{}, refused: map[string][]string{}}
 	followed := map[string]bool{}
 	go func() {
 		for {
@@ -48,6 +50,7 @@ func watchRejections(c *cluster, stop <-chan struct{}) *rejectionWatch {
 				}
 				followed[p.Name] = true
 				go w.follow(c, p.Name, stop)
+				go w.readLog(c, p.Name, stop)
 			}
 		}
 	}()
@@ -92,6 +95,32 @@ func (w *rejectionWatch) follow(c *cluster, pod string, stop <-chan struct{}) {
 		}
 		w.polls[pod]++
 		w.mu.Unlock()
+	}
+}
+
+// readLog keeps the lines of pod's log that say it refused a connection (which
+// peer, which reason, when), until stop: what a failure shows, the replaced pods'
+// logs being gone by then.
+func (w *rejectionWatch) readLog(c *cluster, pod string, stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stop
+		cancel()
+	}()
+	r, err := c.cs.CoreV1().Pods(c.ns).GetLogs(pod, &corev1.PodLogOptions{Follow: true}).Stream(ctx)
+	if err != nil {
+		return
+	}
+	defer r.Close()
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if line := sc.Text(); strings.Contains(line, "refused") {
+			w.mu.Lock()
+			w.refused[pod] = append(w.refused[pod], line)
+			w.mu.Unlock()
+		}
 	}
 }
 
@@ -154,10 +183,21 @@ func TestRolloutRestartCountsNoRejection(t *testing.T) {
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	replaced := map[string]bool{}
+	for _, p := range old {
+		replaced[p.Name] = true
+	}
 	var counted []string
 	for pod, reasons := range w.seen {
 		for reason, n := range reasons {
-			counted = append(counted, fmt.Sprintf("%s %s=%v", pod, reason, n))
+			role := "new"
+			if replaced[pod] {
+				role = "replaced"
+			}
+			counted = append(counted, fmt.Sprintf("%s (%s) %s=%v", pod, role, reason, n))
+			for _, line := range w.refused[pod] {
+				t.Logf("%s's log: %s", pod, line)
+			}
 		}
 	}
 	for _, p := range append(old, fresh...) {
