@@ -74,13 +74,21 @@ func FamilyOf(a netip.Addr) int {
 	return 6
 }
 
+// The downward-API variables SelfFromEnv reads: the pod's name (metadata.name), its
+// IP (status.podIP) and its IPs (status.podIPs).
+const (
+	PodNameEnv = "POD_NAME"
+	PodIPEnv   = "POD_IP"
+	PodIPsEnv  = "POD_IPS"
+)
+
 // SelfFromEnv reads the replica's identity from the downward-API environment:
 // POD_NAME, POD_IP and POD_IPS (comma separated). Without POD_NAME the name is the
 // host name, which is the Pod's name in Kubernetes (hostname may be nil to skip
 // that). POD_IP comes first in Addresses so that its family is the preferred one.
 // The error names the variable at fault.
 func SelfFromEnv(namespace string, getenv func(string) string, hostname func() (string, error)) (Self, error) {
-	self := Self{Namespace: namespace, Name: strings.TrimSpace(getenv("POD_NAME"))}
+	self := Self{Namespace: namespace, Name: strings.TrimSpace(getenv(PodNameEnv))}
 	if self.Name == "" && hostname != nil {
 		if h, err := hostname(); err == nil {
 			self.Name = strings.TrimSpace(h)
@@ -104,11 +112,11 @@ func SelfFromEnv(namespace string, getenv func(string) string, hostname func() (
 		self.Addresses = append(self.Addresses, a)
 		return nil
 	}
-	if err := add("POD_IP", getenv("POD_IP")); err != nil {
+	if err := add(PodIPEnv, getenv(PodIPEnv)); err != nil {
 		return self, err
 	}
-	for _, v := range strings.Split(getenv("POD_IPS"), ",") {
-		if err := add("POD_IPS", v); err != nil {
+	for _, v := range strings.Split(getenv(PodIPsEnv), ",") {
+		if err := add(PodIPsEnv, v); err != nil {
 			return self, err
 		}
 	}
