@@ -7,6 +7,9 @@ import (
 	"strings"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/contract"
 )
 
 // addPlugin adds the plugin to the configuration the EPP reads, and returns the
@@ -165,7 +168,7 @@ func testHook(w *workload, svc, membership, image string) object {
 	if w.ns != "" {
 		meta["namespace"] = w.ns
 	}
-	args := []any{"check-peers", "--service=" + svc, "--port-name=http-peers", "--membership=" + membership, "--timeout=60s"}
+	args := []any{"check-peers", "--service=" + svc, "--port-name=" + contract.DebugPortName, "--membership=" + membership, "--timeout=60s"}
 	if w.ns != "" {
 		args = append(args[:2], append([]any{"--namespace=" + w.ns}, args[2:]...)...)
 	} else {
@@ -175,7 +178,7 @@ func testHook(w *workload, svc, membership, image string) object {
 		"restartPolicy": "Never", "serviceAccountName": sa, "automountServiceAccountToken": true,
 		"securityContext": object{"runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532, "seccompProfile": object{"type": "RuntimeDefault"}},
 		"containers": []any{object{"name": "check-peers", "image": image, "imagePullPolicy": "IfNotPresent", "args": args,
-			"env":             []any{fieldEnv("NAMESPACE", "metadata.namespace")},
+			"env":             []any{fieldEnv(discovery.NamespaceSetting.Env[0], "metadata.namespace")},
 			"securityContext": object{"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true, "capabilities": object{"drop": []any{"ALL"}}},
 			"resources":       object{"requests": object{"cpu": "10m", "memory": "32Mi"}, "limits": object{"memory": "64Mi"}}}},
 	}}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -48,6 +49,23 @@ func same(a, b object) bool {
 	ja, _ := yaml.Marshal(a)
 	jb, _ := yaml.Marshal(b)
 	return bytes.Equal(ja, jb)
+}
+
+// toObjects is each of vs (API types) as the generic object its JSON decodes to.
+func toObjects[T any](vs []T) []object {
+	out := make([]object, 0, len(vs))
+	for _, v := range vs {
+		data, err := json.Marshal(v)
+		if err != nil {
+			panic(err) // an API type always encodes
+		}
+		var o object
+		if err := json.Unmarshal(data, &o); err != nil {
+			panic(err)
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 func fieldEnv(name, path string) object {

@@ -27,7 +27,10 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strconv"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/discovery"
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/contract"
 )
 
 // Options say what to add.
@@ -62,9 +65,9 @@ type Options struct {
 // Defaults of Options.
 const (
 	DefaultContainer = "epp"
-	DefaultPortName  = "peer-sync"
-	DefaultPort      = 9005
-	DefaultDebugPort = 9091
+	DefaultPortName  = discovery.DefaultPortName
+	DefaultPort      = discovery.DefaultPort
+	DefaultDebugPort = contract.DefaultDebugPort
 	// PluginName is the plugin's name in the EPP configuration (its metrics'
 	// discovery label).
 	PluginName = "peer-discovery"
@@ -89,7 +92,7 @@ func Render(in []byte, o Options) ([]byte, error) {
 	if o.DebugPort == 0 {
 		o.DebugPort = DefaultDebugPort
 	}
-	if o.Membership != "" && o.Membership != "ready" && o.Membership != "alive" {
+	if o.Membership != "" && o.Membership != string(peers.MembershipReady) && o.Membership != string(peers.MembershipAlive) {
 		return nil, fmt.Errorf("--membership=%q: want ready or alive", o.Membership)
 	}
 	docs, err := decode(in)
@@ -107,9 +110,9 @@ func Render(in []byte, o Options) ([]byte, error) {
 	c := w.container
 	args := stringList(c["args"])
 	if o.Membership == "" {
-		o.Membership = "ready"
+		o.Membership = string(peers.MembershipReady)
 		if slices.Contains(args, "--ha-enable-leader-election") || slices.Contains(args, "--ha-enable-leader-election=true") {
-			o.Membership = "alive" // only the leader is ready: the standbys must be peers too
+			o.Membership = string(peers.MembershipAlive) // only the leader is ready: the standbys must be peers too
 		}
 	}
 	hash, err := addPlugin(docs, w, args)
@@ -119,30 +122,15 @@ func Render(in []byte, o Options) ([]byte, error) {
 	if err := setImage(c, o.Image); err != nil {
 		return nil, err
 	}
+	r := contract.For(contract.Options{Service: svc.name, PortName: o.PortName, Port: int32(o.Port), DebugPort: int32(o.DebugPort), Membership: peers.Membership(o.Membership)})
 	// The replica's identity, unless the chart gives it already (as upstream's
 	// does for POD_NAME and NAMESPACE): kept as the chart has it.
-	for _, e := range []object{
-		fieldEnv("POD_NAME", "metadata.name"), fieldEnv("NAMESPACE", "metadata.namespace"),
-		fieldEnv("POD_IP", "status.podIP"), fieldEnv("POD_IPS", "status.podIPs"),
-	} {
+	for _, e := range toObjects(r.Identity) {
 		if !hasNamed(c, "env", e["name"]) {
 			c["env"] = append(asAny(objects(c["env"])), e)
 		}
 	}
-	env := []object{
-		{"name": "EPP_PEER_SERVICE", "value": svc.name},
-		{"name": "EPP_PEER_DEBUG_ADDRESS", "value": ":" + strconv.Itoa(o.DebugPort)},
-	}
-	if o.PortName != DefaultPortName {
-		env = append(env, object{"name": "EPP_PEER_PORT_NAME", "value": o.PortName})
-	}
-	if o.Port != DefaultPort {
-		env = append(env, object{"name": "EPP_PEER_PORT", "value": strconv.Itoa(o.Port)})
-	}
-	if o.Membership != "ready" {
-		env = append(env, object{"name": "EPP_PEER_MEMBERSHIP", "value": o.Membership})
-	}
-	for _, e := range env {
+	for _, e := range toObjects(r.Env) {
 		if err := addNamed(c, "env", e); err != nil {
 			return nil, err
 		}
@@ -151,24 +139,22 @@ func Render(in []byte, o Options) ([]byte, error) {
 	// the EPP under another name, on a number the plugin binds is a clash the API
 	// server would not see (the EPP would fail to bind); on the Service it would,
 	// after the rest of the release was applied.
-	if err := checkPodPorts(w, map[string]int{o.PortName: o.Port, "http-peers": o.DebugPort}); err != nil {
+	want := map[string]int{}
+	for _, p := range r.ContainerPorts {
+		want[p.Name] = int(p.ContainerPort)
+	}
+	if err := checkPodPorts(w, want); err != nil {
 		return nil, err
 	}
-	if err := checkServicePorts(svc, map[string]int{o.PortName: o.Port, "http-peers": o.DebugPort}); err != nil {
+	if err := checkServicePorts(svc, want); err != nil {
 		return nil, err
 	}
-	for _, p := range []object{
-		{"name": o.PortName, "containerPort": o.Port, "protocol": "TCP"},
-		{"name": "http-peers", "containerPort": o.DebugPort, "protocol": "TCP"},
-	} {
+	for _, p := range toObjects(r.ContainerPorts) {
 		if err := addNamed(c, "ports", p); err != nil {
 			return nil, err
 		}
 	}
-	for _, p := range []object{
-		{"name": o.PortName, "port": o.Port, "targetPort": o.PortName, "protocol": "TCP"},
-		{"name": "http-peers", "port": o.DebugPort, "targetPort": "http-peers", "protocol": "TCP"},
-	} {
+	for _, p := range toObjects(r.ServicePorts) {
 		if err := addNamed(svc.spec, "ports", p); err != nil {
 			return nil, err
 		}
@@ -176,7 +162,7 @@ func Render(in []byte, o Options) ([]byte, error) {
 	meta := mapAt(w.template, "metadata")
 	annotations := mapAt(meta, "annotations")
 	annotations["epp-peer-discovery/config-sha256"] = hash
-	docs = append(docs, rbac(w, svc.name)...)
+	docs = append(docs, rbac(w, svc.name, r.Rules)...)
 	if o.HelmTest {
 		if img := testImage(o.TestImage, stringOf(c["image"])); img != "" {
 			docs = append(docs, testHook(w, svc.name, o.Membership, img))

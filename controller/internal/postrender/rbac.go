@@ -1,7 +1,10 @@
 package postrender
 
-// rbac is the peer-discovery Role and RoleBinding for the pods' ServiceAccount.
-func rbac(w *workload, svc string) []object {
+import rbacv1 "k8s.io/api/rbac/v1"
+
+// rbac is the peer-discovery Role (rules) and RoleBinding for the pods'
+// ServiceAccount.
+func rbac(w *workload, svc string, rules []rbacv1.PolicyRule) []object {
 	sa, _ := w.pod["serviceAccountName"].(string)
 	if sa == "" {
 		sa = "default"
@@ -23,7 +26,7 @@ func rbac(w *workload, svc string) []object {
 	}
 	return []object{
 		{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta(),
-			"rules": []any{object{"apiGroups": []any{"discovery.k8s.io"}, "resources": []any{"endpointslices"}, "verbs": []any{"get", "list", "watch"}}}},
+			"rules": asAny(toObjects(rules))},
 		{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta(),
 			"roleRef":  object{"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
 			"subjects": []any{subject}},

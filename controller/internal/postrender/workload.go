@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/contract"
 )
 
 // workload is the Deployment or StatefulSet with the EPP container.
@@ -94,7 +96,7 @@ func findService(docs []object, w *workload, name string) (*service, error) {
 
 // flagOf names the flag that sets the port named name, for messages.
 func flagOf(name string) string {
-	if name == "http-peers" {
+	if name == contract.DebugPortName {
 		return "--debug-port"
 	}
 	return "--port"
