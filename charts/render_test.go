@@ -13,7 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/contract"
 )
 
 // rendered indexes a rendering's objects by kind.
@@ -72,11 +74,31 @@ func renderChart(t *testing.T, values map[string]any) rendered {
 	return rendered{objs: objs}
 }
 
-var peerRule = []rbacv1.PolicyRule{{
-	APIGroups: []string{"discovery.k8s.io"},
-	Resources: []string{"endpointslices"},
-	Verbs:     []string{"get", "list", "watch"},
-}}
+// peerRule is the Role of the replica contract (internal/contract).
+var peerRule = contract.For(contract.Options{}).Rules
+
+// TestRenderingsMeetTheReplicaContract: with peer discovery on (EndpointSlices, the
+// chart's default source), the chart renders what internal/contract declares that a
+// replica needs, for the defaults and for each of the contract's choices set
+// otherwise: the env, the container's and the Service's ports, and the Role.
+func TestRenderingsMeetTheReplicaContract(t *testing.T) {
+	on := "router.epp.peerDiscovery.enabled"
+	for _, tc := range []struct {
+		values map[string]any
+		want   contract.Options
+	}{
+		{vals(on, true), contract.Options{Service: "epp"}},
+		{vals(on, true, "router.epp.peerDiscovery.portName", "state-sync", "router.epp.peerDiscovery.port", 7000, "router.epp.peerDiscovery.debugPort", 7001),
+			contract.Options{Service: "epp", PortName: "state-sync", Port: 7000, DebugPort: 7001}},
+		{vals(on, true, "router.epp.peerDiscovery.membership", "alive"), contract.Options{Service: "epp", Membership: peers.MembershipAlive}},
+		{vals(on, true, "router.epp.stateSync.enabled", true), contract.Options{Service: "epp"}},
+	} {
+		r := renderChart(t, tc.values)
+		for _, s := range render.ShortOfContract(r.objs, tc.want) {
+			t.Errorf("%v: %s", tc.values, s)
+		}
+	}
+}
 
 func envNames(c corev1.Container) []string {
 	var out []string

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/e2e/testsupport/render"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/contract"
 )
 
 func build(t *testing.T, dir string) []client.Object {
@@ -85,11 +86,19 @@ func one[T client.Object](t *testing.T, objs []client.Object) T {
 	return found[0]
 }
 
-var peerRule = []rbacv1.PolicyRule{{
-	APIGroups: []string{"discovery.k8s.io"},
-	Resources: []string{"endpointslices"},
-	Verbs:     []string{"get", "list", "watch"},
-}}
+// peerRule is the Role of the replica contract (internal/contract).
+var peerRule = contract.For(contract.Options{}).Rules
+
+// TestOverlaysMeetTheReplicaContract: each overlay with the EndpointSlice peer
+// discovery builds what internal/contract declares that a replica needs: the env,
+// the container's and the Service's ports, and the Role.
+func TestOverlaysMeetTheReplicaContract(t *testing.T) {
+	for _, dir := range []string{"/kustomize/overlays/peer-discovery", "/kustomize/overlays/state-sync", "/kustomize/overlays/shared-prefix-index"} {
+		for _, s := range render.ShortOfContract(build(t, dir), contract.Options{Service: "epp"}) {
+			t.Errorf("%s: %s", dir, s)
+		}
+	}
+}
 
 // eppArgs are the args of llm-d-router's EPP in the base: peer discovery adds none.
 var eppArgs = []string{"--config-file=/config/default-plugins.yaml", "--endpoint-selector=app.kubernetes.io/component=model-server",
