@@ -349,22 +349,22 @@ bench: ## Micro-benchmarks: the peer-set computation, the /debug/peers rendering
 
 .PHONY: bench-live
 bench-live: build build-llmd k8s ## epp, a plain client-go informer and llm-d-router's EPP with the plugin, side by side on one real API server at 3/100/1,000/10,000 peers; writes the tables to docs/PERFORMANCE.md (~15 min).
-	go build -o $(BIN)/benchlive-reference ./hack/benchlive/reference
-	go run ./hack/benchlive --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference --llmd=$(LLMD_EPP) --write=docs/PERFORMANCE.md
+	cd llmdrouter && $(LLMD_GO) build -o $(BIN)/benchlive-reference ./bench/live/reference
+	cd llmdrouter && $(LLMD_GO) run ./bench/live --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference --llmd=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md
 
 .PHONY: bench-live-smoke
 bench-live-smoke: build build-llmd k8s ## A short bench-live (3 and 100 peers, one run) that fails when epp or llm-d-router's EPP makes API reads per change or takes a second to show one.
-	go build -o $(BIN)/benchlive-reference ./hack/benchlive/reference
-	go run ./hack/benchlive --smoke --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference --llmd=$(LLMD_EPP)
+	cd llmdrouter && $(LLMD_GO) build -o $(BIN)/benchlive-reference ./bench/live/reference
+	cd llmdrouter && $(LLMD_GO) run ./bench/live --smoke --epp=$(BIN)/epp --reference=$(BIN)/benchlive-reference --llmd=$(LLMD_EPP)
 
 .PHONY: bench-sync
 bench-sync: k8s llmdrouter-work ## peer-syncer beside upstream's LocalSyncer: 3/10/30 replica processes × 100/1,000 endpoints on a real API server (CPU, bytes per push, visibility); writes docs/PERFORMANCE.md (~6 min).
-	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/syncbench ./internal/syncbench
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/syncbench ./bench/sync
 	$(BIN)/syncbench run --write=$(ROOT)/docs/PERFORMANCE.md
 
 .PHONY: bench-sync-smoke
 bench-sync-smoke: k8s llmdrouter-work ## A short bench-sync (3 replicas, 100 endpoints, both syncers) that fails when peer-syncer does not share state.
-	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/syncbench ./internal/syncbench
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/syncbench ./bench/sync
 	$(BIN)/syncbench run --smoke --replicas=3 --endpoints=100 --window=3s --warmup=1s
 
 # Extra flags of routingbench run (e.g. BENCH_ROUTING_FLAGS="--seeds=1 --scale=0.5")
@@ -374,17 +374,17 @@ BENCH_CAPACITY_FLAGS ?=
 
 .PHONY: bench-routing
 bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer, the shared prefix index on both profiles) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 5 seeds (2 for the controls), 3 replicas through faults and a rolling restart; writes docs/PERFORMANCE.md (and its headline into README.md and docs/SHARING-STATE.md) and docs/routing-bench.svg (~27 min; BENCH_ROUTING_FLAGS=--quick for iteration).
-	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md,$(ROOT)/docs/SHARING-STATE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
 
 .PHONY: bench-capacity
 bench-capacity: k8s build-llmd ## Capacity: llm-d-router's EPP at 1, 3 and 8 replicas (one replica, LocalSyncer, peer-syncer, the shared prefix index on both profiles, and on the default one with a 10 ms read tick) under open-loop load at 3 rates, model servers that answer at once, each configuration in rounds beside a one-replica reference; the marginal CPU per request (the slope of CPU against rate, every replica's), requests per core, scaling efficiency paired by round; writes docs/PERFORMANCE.md (and its headline into README.md) and docs/capacity-bench.svg (~15 min, its last run 14m27s; not in make test).
-	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md --plot=$(ROOT)/docs/capacity-bench.svg $(BENCH_CAPACITY_FLAGS)
 
 .PHONY: bench-routing-smoke
 bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index, one seed; ~1.5 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, a placement of the shared index was not merged by every peer, or the shared index does not beat LocalSyncer's hit rate by 0.07.
-	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./internal/routingbench
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench run --smoke --epp=$(LLMD_EPP) --configs=single,local,shared-index --replicas=3 --workloads=multi-turn --sizes=fits --seeds=1 --restart= --faults=
 
 .PHONY: clean

@@ -2,7 +2,7 @@
 // server (envtest), the two taking turns so that they never share the CPU: `make
 // bench-live` runs it and writes its table to docs/PERFORMANCE.md.
 //
-// The reference (hack/benchlive/reference) is peer discovery written the plain way:
+// The reference (bench/live/reference) is peer discovery written the plain way:
 // a client-go informer that recomputes the whole set on every event and encodes
 // /debug/peers on every request. For each size (peers in slices of 100) and run,
 // each implementation is started, then measured:

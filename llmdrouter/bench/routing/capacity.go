@@ -27,10 +27,10 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/cputime"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/modelsim"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/modelsim"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
 )
 
 // The capacity mode (routingbench capacity, make bench-capacity): what one more

@@ -17,9 +17,9 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/loadgen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/loadgen"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/sharedprefix"
 )
 

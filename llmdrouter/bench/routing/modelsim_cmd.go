@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/modelsim"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/modelsim"
 )
 
 // modelsimFlags are the simulated servers' settings, shared by run and modelsim.

@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 )
 
 // The two sizes of every workload.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 )
 
 const (

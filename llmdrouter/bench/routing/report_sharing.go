@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 )
 
 // Issue 31's targets for the shared prefix index.

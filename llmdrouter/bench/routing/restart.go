@@ -13,9 +13,9 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/loadgen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/loadgen"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
 )
 
 // The rolling restart run: the multi-turn workload that fits, long enough for a

@@ -25,11 +25,11 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/testenv"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/loadgen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/modelsim"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/loadgen"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/modelsim"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
 )
 
 type runOptions struct {

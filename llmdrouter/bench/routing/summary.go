@@ -6,9 +6,9 @@ import (
 	"time"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/loadgen"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/modelsim"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/loadgen"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/modelsim"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 )
 
 // result is one run: a configuration and replica count, a workload, size and seed.

@@ -21,9 +21,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/modelsim"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/modelsim"
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/workload"
 )
 
 // Options configure a run.

@@ -14,7 +14,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/modelsim"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/modelsim"
 )
 
 // Kind is a workload's shape.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/routingbench/modelsim"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/modelsim"
 )
 
 func multiTurn() Spec {
