@@ -155,30 +155,12 @@ type capacityResult struct {
 func (r capacityResult) fit() (slope interval, intercept float64) { return fitPoints(r.points) }
 
 func fitPoints(points []capacityPoint) (slope interval, intercept float64) {
-	n := len(points)
-	if n < 3 {
-		return interval{mean: math.NaN(), lo: math.NaN(), hi: math.NaN()}, math.NaN()
+	xs, ys := make([]float64, len(points)), make([]float64, len(points))
+	for i, p := range points {
+		xs[i], ys[i] = p.rate, p.cores
 	}
-	var sx, sy float64
-	for _, p := range points {
-		sx += p.rate
-		sy += p.cores
-	}
-	mx, my := sx/float64(n), sy/float64(n)
-	var sxx, sxy float64
-	for _, p := range points {
-		sxx += (p.rate - mx) * (p.rate - mx)
-		sxy += (p.rate - mx) * (p.cores - my)
-	}
-	b := sxy / sxx
-	a := my - b*mx
-	var sse float64
-	for _, p := range points {
-		e := p.cores - (a + b*p.rate)
-		sse += e * e
-	}
-	half := tQuantile(n-2) * math.Sqrt(sse/float64(n-2)/sxx)
-	return interval{mean: b, lo: b - half, hi: b + half, n: n}, a
+	s, a := stats.Line(xs, ys)
+	return interval{s}, a
 }
 
 // efficiency is the scaling efficiency paired in time: per round, the reference's
@@ -193,12 +175,9 @@ func (r capacityResult) efficiency() interval {
 		}
 		s, _ := fitPoints(mine)
 		s1, _ := fitPoints(ref)
-		if s.mean > 0 {
-			ratios = append(ratios, s1.mean/s.mean)
+		if s.Mean > 0 {
+			ratios = append(ratios, s1.Mean/s.Mean)
 		}
-	}
-	if len(ratios) == 0 {
-		return interval{mean: math.NaN(), lo: math.NaN(), hi: math.NaN()}
 	}
 	return meanInterval(ratios)
 }
@@ -494,10 +473,10 @@ func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int
 			}
 		}
 		mine, _ := fitPoints(inRound(res.points, k))
-		line := fmt.Sprintf("%s × %d, round %d: %.0f µs of CPU per request, every replica together", sub.c.title, n, k+1, 1e6*mine.mean)
+		line := fmt.Sprintf("%s × %d, round %d: %.0f µs of CPU per request, every replica together", sub.c.title, n, k+1, 1e6*mine.Mean)
 		if ref != nil {
 			r1, _ := fitPoints(inRound(res.ref, k))
-			line += fmt.Sprintf("; the reference %.0f µs (scaling efficiency %.2f)", 1e6*r1.mean, r1.mean/mine.mean)
+			line += fmt.Sprintf("; the reference %.0f µs (scaling efficiency %.2f)", 1e6*r1.Mean, r1.Mean/mine.Mean)
 		}
 		b.logf("%s", line)
 	}
@@ -524,7 +503,7 @@ func inRound(ps []capacityPoint, k int) []capacityPoint {
 }
 
 func (iv interval) scaled(f float64) interval {
-	return interval{mean: iv.mean * f, lo: iv.lo * f, hi: iv.hi * f, n: iv.n}
+	return interval{stats.Interval{Mean: iv.Mean * f, Lo: iv.Lo * f, Hi: iv.Hi * f, N: iv.N}}
 }
 
 func sorted(ds []time.Duration) []time.Duration {
@@ -811,12 +790,12 @@ func capacityReport(o capacityOptions, results []capacityResult, took time.Durat
 		}
 		slope, _ := r.fit()
 		us := slope.scaled(1e6)
-		perCore := fmt.Sprintf("%.0f [%.0f, %.0f]", 1/slope.mean, 1/slope.hi, 1/slope.lo)
+		perCore := fmt.Sprintf("%.0f [%.0f, %.0f]", 1/slope.Mean, 1/slope.Hi, 1/slope.Lo)
 		eff := "–"
 		switch e := r.efficiency(); {
 		case r.config == "single" && r.replicas == 1:
 			eff = "the reference"
-		case e.n > 0:
+		case e.N > 0:
 			eff = e.format(2)
 			if strings.HasPrefix(r.config, "shared-index") && r.replicas == 8 {
 				eff += ": " + e.shown(1/targetMarginal)
@@ -872,11 +851,11 @@ func capacityHeadline(results []capacityResult) string {
 		var at []string
 		for _, r := range results {
 			e := r.efficiency()
-			if r.config != c.config || r.failure != "" || e.n < 2 {
+			if r.config != c.config || r.failure != "" || e.N < 2 {
 				continue
 			}
 			n := float64(r.replicas)
-			at = append(at, fmt.Sprintf("%d give %.1f× [%.1f, %.1f]", r.replicas, n*e.mean, n*e.lo, n*e.hi))
+			at = append(at, fmt.Sprintf("%d give %.1f× [%.1f, %.1f]", r.replicas, n*e.Mean, n*e.Lo, n*e.Hi))
 		}
 		if len(at) > 0 {
 			parts = append(parts, fmt.Sprintf("replicas %s: %s", c.says, strings.Join(at, " and ")))
@@ -886,7 +865,7 @@ func capacityHeadline(results []capacityResult) string {
 		return "Capacity: not measured."
 	}
 	return fmt.Sprintf("Capacity: one replica routes %.0f requests a second per core of EPP. Against it, paired in time, %s one replica's capacity (95%% intervals; %.2f× N is the target at 8 replicas sharing the index).",
-		1/s1.mean, strings.Join(parts, "; "), 1/targetMarginal)
+		1/s1.Mean, strings.Join(parts, "; "), 1/targetMarginal)
 }
 
 // capacityPlot is requests per core of EPP (the fleet's, at the marginal cost)
@@ -896,8 +875,8 @@ func capacityPlot(o capacityOptions, results []capacityResult) string {
 	counts := append([]int{1}, o.replicas...)
 	maxV := 0.0
 	for _, r := range results {
-		if s, _ := r.fit(); r.failure == "" && s.mean > 0 {
-			maxV = max(maxV, 1/s.mean)
+		if s, _ := r.fit(); r.failure == "" && s.Mean > 0 {
+			maxV = max(maxV, 1/s.Mean)
 		}
 	}
 	if maxV == 0 {
@@ -929,14 +908,14 @@ func capacityPlot(o capacityOptions, results []capacityResult) string {
 		}
 		var pts []string
 		if one != nil && one.failure == "" {
-			if s, _ := one.fit(); s.mean > 0 {
-				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(1), y(1/s.mean)))
+			if s, _ := one.fit(); s.Mean > 0 {
+				pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(1), y(1/s.Mean)))
 			}
 		}
 		for _, n := range o.replicas {
 			if r := findCapacity(results, c.name, n); r != nil && r.failure == "" {
-				if s, _ := r.fit(); s.mean > 0 {
-					pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(n), y(1/s.mean)))
+				if s, _ := r.fit(); s.Mean > 0 {
+					pts = append(pts, fmt.Sprintf("%.1f,%.1f", x(n), y(1/s.Mean)))
 				}
 			}
 		}

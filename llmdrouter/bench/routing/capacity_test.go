@@ -32,7 +32,7 @@ func fakeRounds(n int, idle, perRequest float64, noise []float64) []capacityPoin
 func TestCapacityFitIsTheSlope(t *testing.T) {
 	r := fakeCapacity("single", "one replica", 1, 0.05, 0.002, []float64{0.001, -0.002, 0.002, -0.001, 0.001, -0.001})
 	slope, intercept := r.fit()
-	if math.Abs(slope.mean-0.002) > 5e-5 || !slope.includes(0.002) || slope.n != 8 {
+	if math.Abs(slope.Mean-0.002) > 5e-5 || !slope.Includes(0.002) || slope.N != 8 {
 		t.Fatalf("slope %+v, want about 0.002 core-seconds a request within its interval", slope)
 	}
 	if math.Abs(intercept-0.05) > 0.003 {
@@ -56,7 +56,7 @@ func TestEfficiencyIsPairedByRound(t *testing.T) {
 	}
 	r := capacityResult{config: "shared-index", replicas: 8, points: sub, ref: ref}
 	e := r.efficiency()
-	if e.n != 2 || math.Abs(e.mean-0.8) > 1e-9 || math.Abs(e.lo-0.8) > 1e-9 {
+	if e.N != 2 || math.Abs(e.Mean-0.8) > 1e-9 || math.Abs(e.Lo-0.8) > 1e-9 {
 		t.Fatalf("efficiency %+v, want exactly 0.80 in both rounds", e)
 	}
 	if _, err := parseCapacityOptions([]string{"--epp=" + os.Args[0], "--rounds=1"}); err == nil || !strings.Contains(err.Error(), "--rounds=1") {

@@ -9,7 +9,7 @@ import (
 func TestMeanInterval(t *testing.T) {
 	iv := meanInterval([]float64{1, 2, 3, 4, 5})
 	// sd 1.5811, standard error 0.7071, t(4) 2.776.
-	if math.Abs(iv.mean-3) > 1e-9 || math.Abs(iv.lo-1.0370) > 1e-3 || math.Abs(iv.hi-4.9630) > 1e-3 || iv.n != 5 {
+	if math.Abs(iv.Mean-3) > 1e-9 || math.Abs(iv.Lo-1.0370) > 1e-3 || math.Abs(iv.Hi-4.9630) > 1e-3 || iv.N != 5 {
 		t.Fatalf("interval %+v, want 3 [1.037, 4.963]", iv)
 	}
 	if got := iv.shown(1.0); got != "met" {
@@ -33,7 +33,7 @@ func TestPairedRatiosPairBySeed(t *testing.T) {
 	rs := []result{{seed: 1, srvCached: 50}, {seed: 2, srvCached: 90}, {seed: 3, srvCached: 10}}
 	base := []result{{seed: 1, srvCached: 100}, {seed: 2, srvCached: 100}}
 	iv := pairedRatios(rs, base, hit)
-	if iv.n != 2 || math.Abs(iv.mean-0.7) > 1e-9 {
+	if iv.N != 2 || math.Abs(iv.Mean-0.7) > 1e-9 {
 		t.Fatalf("paired %+v, want the mean of 0.5 and 0.9 over 2 seeds", iv)
 	}
 }
