@@ -89,12 +89,9 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 		}
 		o.configs = append(o.configs, c)
 	}
-	for _, f := range splitList(*replicas) {
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 2 || n > 50 {
-			return o, fmt.Errorf("--replicas=%q: want counts from 2 to 50, comma-separated", *replicas)
-		}
-		o.replicas = append(o.replicas, n)
+	var err error
+	if o.replicas, err = replicaCounts(*replicas); err != nil {
+		return o, err
 	}
 	for _, f := range splitList(*rates) {
 		r, err := strconv.ParseFloat(f, 64)

@@ -168,12 +168,9 @@ func parseRunOptions(args []string) (runOptions, error) {
 		}
 		o.restartBaselines = append(o.restartBaselines, name)
 	}
-	for _, f := range splitList(*replicas) {
-		n, err := strconv.Atoi(f)
-		if err != nil || n < 2 || n > 50 {
-			return o, fmt.Errorf("--replicas=%q: want counts from 2 to 50, comma-separated", *replicas)
-		}
-		o.replicas = append(o.replicas, n)
+	var err error
+	if o.replicas, err = replicaCounts(*replicas); err != nil {
+		return o, err
 	}
 	for _, k := range splitList(*kinds) {
 		if k != string(workload.MultiTurn) && k != string(workload.SharedPrefix) {
@@ -758,4 +755,17 @@ func (b *bench) reference(kind workload.Kind, size string, seed uint64, spec wor
 	r := reference{blind: blind.HitRate(), ceiling: ceiling.HitRate()}
 	b.refs[key] = r
 	return r, nil
+}
+
+// replicaCounts reads --replicas: counts from 2 to 50, comma-separated.
+func replicaCounts(flag string) ([]int, error) {
+	var out []int
+	for _, f := range splitList(flag) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 2 || n > 50 {
+			return nil, fmt.Errorf("--replicas=%q: want counts from 2 to 50, comma-separated", flag)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
