@@ -30,14 +30,24 @@ func ShortOfContract(objs []client.Object, o contract.Options) []string {
 	for _, e := range c.Env {
 		env[e.Name] = e
 	}
+	has := func(name string) string {
+		e, ok := env[name]
+		switch {
+		case !ok:
+			return "the EPP container has no such variable"
+		case e.ValueFrom != nil:
+			return fmt.Sprintf("the EPP container has it from %+v", *e.ValueFrom)
+		}
+		return fmt.Sprintf("the EPP container has %q", e.Value)
+	}
 	for _, w := range want.Identity {
 		if e, ok := env[w.Name]; !ok || e.ValueFrom == nil || e.ValueFrom.FieldRef == nil || e.ValueFrom.FieldRef.FieldPath != w.ValueFrom.FieldRef.FieldPath {
-			short = append(short, fmt.Sprintf("env %s: want it from the pod's %s, the EPP container has %+v", w.Name, w.ValueFrom.FieldRef.FieldPath, e))
+			short = append(short, fmt.Sprintf("env %s: want it from the pod's %s, %s", w.Name, w.ValueFrom.FieldRef.FieldPath, has(w.Name)))
 		}
 	}
 	for _, w := range want.Env {
 		if e, ok := env[w.Name]; !ok || e.ValueFrom != nil || e.Value != w.Value {
-			short = append(short, fmt.Sprintf("env %s: want %q, the EPP container has %+v", w.Name, w.Value, e))
+			short = append(short, fmt.Sprintf("env %s: want %q, %s", w.Name, w.Value, has(w.Name)))
 		}
 	}
 	for _, w := range want.ContainerPorts {
