@@ -83,16 +83,7 @@ func Render(in []byte, o Options) ([]byte, error) {
 	if o.Container == "" {
 		o.Container = DefaultContainer
 	}
-	if o.PortName == "" {
-		o.PortName = DefaultPortName
-	}
-	if o.Port == 0 {
-		o.Port = DefaultPort
-	}
-	if o.DebugPort == 0 {
-		o.DebugPort = DefaultDebugPort
-	}
-	if o.Membership != "" && o.Membership != string(peers.MembershipReady) && o.Membership != string(peers.MembershipAlive) {
+	if _, err := peers.ParseMembership(o.Membership); err != nil {
 		return nil, fmt.Errorf("--membership=%q: want ready or alive", o.Membership)
 	}
 	docs, err := decode(in)
