@@ -122,7 +122,8 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 // capacityPoint is one window: the rate sent (0: idle), the replicas' CPU over it
 // (cores, every replica together), what was answered, and the EPP's picking times.
 type capacityPoint struct {
-	rate     float64
+	rate     float64 // the rate asked
+	achieved float64 // the requests answered a second over the window's time, the fit's rate (0: rate)
 	round    int
 	cores    float64
 	perCore  []float64 // each replica's cores
@@ -148,13 +149,18 @@ type capacityResult struct {
 
 // fit is the least-squares line of cores against rate over every window: its
 // slope (core-seconds per request: the marginal cost) with its 95% interval, and
-// its intercept (cores with no request).
+// its intercept (cores with no request). The rate is the one achieved: a window
+// whose requests took longer than the window to send and answer counts them over
+// the time they took, as its CPU is.
 func (r capacityResult) fit() (slope interval, intercept float64) { return fitPoints(r.points) }
 
 func fitPoints(points []capacityPoint) (slope interval, intercept float64) {
 	xs, ys := make([]float64, len(points)), make([]float64, len(points))
 	for i, p := range points {
 		xs[i], ys[i] = p.rate, p.cores
+		if p.achieved > 0 {
+			xs[i] = p.achieved
+		}
 	}
 	s, a := stats.Line(xs, ys)
 	return interval{s}, a
@@ -411,6 +417,7 @@ func (f *fleet) window(rate float64, w time.Duration, stubs *stubFleet) (capacit
 		return p, err
 	}
 	p.rate = rate
+	p.achieved = float64(p.answered) / p.wall.Seconds()
 	if p.answered < p.sent {
 		return p, fmt.Errorf("%.0f req/s: %d of %d requests answered", rate, p.answered, p.sent)
 	}

@@ -43,6 +43,22 @@ func TestCapacityFitIsTheSlope(t *testing.T) {
 	}
 }
 
+// TestCapacityFitUsesTheRateAchieved: a fleet that could not keep up with the rate
+// asked (its windows took longer, at the same CPU a request) is fitted at the rate
+// it achieved, so its marginal cost is not understated.
+func TestCapacityFitUsesTheRateAchieved(t *testing.T) {
+	ps := fakeRounds(8, 0.3, 0.002, []float64{0})
+	for i := range ps {
+		if ps[i].rate == 120 { // took a third longer than asked: 90 a second
+			ps[i].achieved = 90
+			ps[i].cores = 0.3 + 0.002*90
+		}
+	}
+	if slope, _ := fitPoints(ps); math.Abs(slope.Mean-0.002) > 1e-9 {
+		t.Fatalf("slope %v, want 0.002 core-seconds a request, fitted at the rates achieved", slope.Mean)
+	}
+}
+
 // TestEfficiencyIsPairedByRound: a drift that raises both fleets' cost in one
 // round cancels out of the efficiency, as it would not from the two pooled slopes.
 func TestEfficiencyIsPairedByRound(t *testing.T) {
