@@ -71,7 +71,7 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
 	configs := fs.String("configs", "single,local,peer,shared-index-default,shared-index-tick,shared-index", "configurations (of run's): single runs 1 replica (the reference every other one is paired with), the others --replicas")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
-	rates := fs.String("rates", "60,120,180", "open-loop request rates, in requests a second over every replica together (at least 2; with the idle windows, a slope has 3 points or more)")
+	rates := fs.String("rates", "200,400,600", "open-loop request rates, in requests a second over every replica together (at least 2; with the idle windows, a slope has 3 points or more)")
 	fs.DurationVar(&o.window, "window", 2500*time.Millisecond, "each window (a rate's, or an idle one)")
 	fs.IntVar(&o.rounds, "rounds", 4, "rounds per configuration: each rate and an idle window, on the configuration and on the reference")
 	fs.IntVar(&o.servers, "servers", 8, "model servers (stubs that answer at once)")
