@@ -66,8 +66,10 @@ type Message struct {
 // BroadcastOptions configure a Broadcast.
 type BroadcastOptions struct {
 	// Window: what is published within it goes to every peer in one frame
-	// (default DefaultBroadcastWindow). The first message of a window waits at most
-	// that long.
+	// (default DefaultBroadcastWindow). The windows are the intervals of a grid of
+	// this period on the wall clock, the same on every replica, so that the peers'
+	// frames of a window arrive together: a message waits at most the window, half
+	// of it on average.
 	Window time.Duration
 	// MaxMessageBytes bounds one message, sent or received (default
 	// DefaultBroadcastMaxMessageBytes); a larger one received is a counted
@@ -205,14 +207,23 @@ func (b *Broadcast) Publish(msg []byte) {
 	b.armed = true
 	b.mu.Unlock()
 	if arm {
-		wait := b.o.Window
-		if tick := b.s.o.ReadTick; tick > 0 && tick <= wait {
-			// At the tick, when this replica and its peers read (Options.ReadTick).
-			now := time.Now()
-			wait = nextTick(now, tick).Sub(now)
-		}
-		time.AfterFunc(wait, b.flush)
+		now := time.Now()
+		time.AfterFunc(b.flushAt(now).Sub(now), b.flush)
 	}
+}
+
+// flushAt is when a window that opens at now is flushed: at the end of its interval
+// of a grid of the window's period on the wall clock, the same on every replica, so
+// that the frames its peers flush in the same interval reach a replica together
+// and wake it once (docs/DECISIONS.md, "Capacity of active-active replicas"). With
+// a read tick, the grid is the ticks', when this replica and its peers read
+// (Options.ReadTick).
+func (b *Broadcast) flushAt(now time.Time) time.Time {
+	grid := b.o.Window
+	if tick := b.s.o.ReadTick; tick > 0 && tick <= grid {
+		grid = tick
+	}
+	return nextTick(now, grid)
 }
 
 // flush queues what was published in the window on every peer's connection, as

@@ -426,3 +426,30 @@ func TestFirstVersionListenerGetsStatesOnly(t *testing.T) {
 		t.Fatal("the listener got no state at all")
 	}
 }
+
+// TestWindowsFallOnTheWallClocksGrid: a window is flushed at the end of its interval
+// of the wall clock's grid, the same instant on every replica whenever each one's
+// first message came, within the window (or at the read tick, when there is one).
+func TestWindowsFallOnTheWallClocksGrid(t *testing.T) {
+	s := &Syncer{}
+	b := &Broadcast{s: s, o: BroadcastOptions{Window: 10 * time.Millisecond}}
+	base := time.Unix(1_800_000_000, 0)
+	for _, c := range []struct {
+		after, want time.Duration
+	}{
+		{0, 10 * time.Millisecond},
+		{time.Microsecond, 10 * time.Millisecond},
+		{3 * time.Millisecond, 10 * time.Millisecond},
+		{9999 * time.Microsecond, 10 * time.Millisecond},
+		{10 * time.Millisecond, 20 * time.Millisecond},
+		{17 * time.Millisecond, 20 * time.Millisecond},
+	} {
+		if got := b.flushAt(base.Add(c.after)).Sub(base); got != c.want {
+			t.Errorf("a window opened %v past a grid instant flushes %v past it, want %v", c.after, got, c.want)
+		}
+	}
+	s.o.ReadTick = 5 * time.Millisecond
+	if got := b.flushAt(base.Add(3 * time.Millisecond)).Sub(base); got != 5*time.Millisecond {
+		t.Errorf("with a 5ms read tick, a window opened 3ms past a grid instant flushes %v past it, want 5ms (the tick)", got)
+	}
+}

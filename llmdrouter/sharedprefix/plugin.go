@@ -74,7 +74,8 @@ const (
 	// MinBlockSizeTokens is the smallest block the index uses, whatever the
 	// configuration or the servers say (llm-d-router #1158).
 	MinBlockSizeTokens = 64
-	// DefaultWindow is how long a decision waits to go to the peers with others.
+	// DefaultWindow is at most how long a decision waits to go to the peers with
+	// others (peersync.BroadcastOptions.Window).
 	DefaultWindow = 10 * time.Millisecond
 	// prefillProfile is the profile whose target llm-d-router's producer also
 	// records (P/D disaggregation).
@@ -129,7 +130,8 @@ type Parameters struct {
 	MaxPrefixTokensToMatch int `json:"maxPrefixTokensToMatch"`
 	// LRUCapacityPerServer is a server's capacity in blocks without autoTune.
 	LRUCapacityPerServer int `json:"lruCapacityPerServer"`
-	// Window is how long a decision waits to go to the peers with others (default
+	// Window bounds how long a decision waits to go to the peers with others; the
+	// windows fall on a grid of the wall clock, the same on every replica (default
 	// 10ms, at most 40ms).
 	Window *params.Duration `json:"window,omitempty"`
 	// Bootstrap asks one peer for its index when the replica starts. Default true.
