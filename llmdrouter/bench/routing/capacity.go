@@ -122,8 +122,7 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 // capacityPoint is one window: the rate sent (0: idle), the replicas' CPU over it
 // (cores, every replica together), what was answered, and the EPP's picking times.
 type capacityPoint struct {
-	rate     float64 // the rate asked
-	achieved float64 // the requests answered a second over the window's time, the fit's rate (0: rate)
+	rate     float64 // the rate asked (the fit uses the rate achieved)
 	round    int
 	cores    float64
 	perCore  []float64 // each replica's cores
@@ -154,13 +153,19 @@ type capacityResult struct {
 // the time they took, as its CPU is.
 func (r capacityResult) fit() (slope interval, intercept float64) { return fitPoints(r.points) }
 
+// achieved is the requests answered a second over the time the window took (its
+// rate asked, when the window's time is not known, and 0 for an idle one).
+func (p capacityPoint) achieved() float64 {
+	if p.rate > 0 && p.wall > 0 {
+		return float64(p.answered) / p.wall.Seconds()
+	}
+	return p.rate
+}
+
 func fitPoints(points []capacityPoint) (slope interval, intercept float64) {
 	xs, ys := make([]float64, len(points)), make([]float64, len(points))
 	for i, p := range points {
-		xs[i], ys[i] = p.rate, p.cores
-		if p.achieved > 0 {
-			xs[i] = p.achieved
-		}
+		xs[i], ys[i] = p.achieved(), p.cores
 	}
 	s, a := stats.Line(xs, ys)
 	return interval{s}, a
@@ -417,7 +422,6 @@ func (f *fleet) window(rate float64, w time.Duration, stubs *stubFleet) (capacit
 		return p, err
 	}
 	p.rate = rate
-	p.achieved = float64(p.answered) / p.wall.Seconds()
 	if p.answered < p.sent {
 		return p, fmt.Errorf("%.0f req/s: %d of %d requests answered", rate, p.answered, p.sent)
 	}

@@ -50,7 +50,7 @@ func TestCapacityFitUsesTheRateAchieved(t *testing.T) {
 	ps := fakeRounds(8, 0.3, 0.002, []float64{0})
 	for i := range ps {
 		if ps[i].rate == 120 { // took a third longer than asked: 90 a second
-			ps[i].achieved = 90
+			ps[i].wall = time.Duration(float64(time.Second) * float64(ps[i].answered) / 90)
 			ps[i].cores = 0.3 + 0.002*90
 		}
 	}
