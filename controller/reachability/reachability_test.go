@@ -144,7 +144,11 @@ func TestReachabilityFollowsThePeers(t *testing.T) {
 	h := start(t, 3, reachability.Options{Interval: 5 * time.Second})
 	down := peer(1)
 	h.net.set(down.HostPort(), true)
-	h.advance(5*time.Second, 100*time.Millisecond, 3) // every peer's first probe is within one interval
+	// Every peer's first probe is within one interval, and the rate cap may space the
+	// three by up to two of its gaps (two first probes due in the same step of the
+	// fake clock go out one gap apart).
+	gap := time.Duration(float64(time.Second) / reachability.DefaultMaxRate)
+	h.advance(5*time.Second+2*gap, 50*time.Millisecond, 3)
 	for i := range 3 {
 		st, ok := h.prober.Status(peer(i).ID())
 		if !ok || !st.Probed {
