@@ -296,3 +296,50 @@ func FuzzParsePlacement(f *testing.F) {
 		}
 	})
 }
+
+// TestAPlacementOverOtherPromptsHoldsTogether: a peer that applies a replica's
+// placements mixed with a salt (PlacementOverOtherPrompts) holds the salted blocks
+// of what the replica holds, in the same order (its touches find the chains its
+// adds made), and none of the replica's own: they are new blocks to an index, as
+// other prompts' would be.
+func TestAPlacementOverOtherPromptsHoldsTogether(t *testing.T) {
+	const salt = 0x5eed
+	x, y := newIndex(), newIndex()
+	rng := rand.New(rand.NewPCG(3, 4))
+	convs := make([][]blockHash, 30)
+	for i := range convs {
+		convs[i] = conversation(uint64(i), 5+rng.IntN(40))
+	}
+	touches := 0
+	for range 1000 {
+		c := convs[rng.IntN(len(convs))]
+		ops := x.route("ns/a", 200, c[:1+rng.IntN(len(c))])
+		for _, o := range ops {
+			if o.kind == opTouch {
+				touches++
+			}
+		}
+		msg, err := PlacementOverOtherPrompts(encodePlacement(&placement{server: "ns/a", capacity: 200, at: 1, ops: ops}), salt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p placement
+		if err := parsePlacement(&p, msg); err != nil {
+			t.Fatal(err)
+		}
+		y.apply(p.server, 200, p.ops)
+	}
+	want := order(x, "ns/a")
+	for i := range want {
+		want[i] ^= salt
+	}
+	if got := order(y, "ns/a"); touches == 0 || !slices.Equal(got, want) {
+		t.Fatalf("the peer holds %d blocks, not the salted %d of the replica in its order (%d touches)", len(got), len(want), touches)
+	}
+	if got := matches(y, convs[0]); len(got) != 0 {
+		t.Fatalf("the peer matches the replica's own prompt: %v", got)
+	}
+	if _, err := PlacementOverOtherPrompts([]byte{9}, salt); err == nil {
+		t.Fatal("a malformed placement salted")
+	}
+}

@@ -281,3 +281,30 @@ func parsePlacement(p *placement, b []byte) error {
 	p.server, p.capacity, p.at, p.ops = string(server), int(capacity), int64(at), ops
 	return nil
 }
+
+// PlacementOverOtherPrompts is a placement message (what a peer publishes on the
+// broadcast named BroadcastName) with every block hash mixed with salt, and the
+// rest as it was: the same decision over other prompts. A bench that stands in for
+// a replica's peers publishes the replica's own placements again this way, so that
+// their blocks are new to its index, as other prompts' would be, and each peer's
+// chains hold together (a first block's parent stays 0).
+func PlacementOverOtherPrompts(msg []byte, salt uint64) ([]byte, error) {
+	var p placement
+	if err := parsePlacement(&p, msg); err != nil {
+		return nil, err
+	}
+	mix := func(h blockHash) blockHash {
+		if h == 0 {
+			return 0
+		}
+		return h ^ blockHash(salt)
+	}
+	for i := range p.ops {
+		o := &p.ops[i]
+		o.ref = mix(o.ref)
+		for j := range o.hashes {
+			o.hashes[j] = mix(o.hashes[j])
+		}
+	}
+	return encodePlacement(&p), nil
+}
