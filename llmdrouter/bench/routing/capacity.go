@@ -69,7 +69,7 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	fs := flag.NewFlagSet("capacity", flag.ExitOnError)
 	var o capacityOptions
 	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
-	configs := fs.String("configs", "single,local,peer,shared-index-default,shared-index-tick,shared-index", "configurations (of run's): single runs 1 replica (the reference every other one is paired with), the others --replicas")
+	configs := fs.String("configs", "single,local,peer,shared-index-default,shared-index-loaded,shared-index", "configurations (of run's, and shared-index-loaded: one replica of N, its peers emulated at its rate): single runs 1 replica (the reference every other one is paired with), the others --replicas")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	rates := fs.String("rates", "200,400,600", "open-loop request rates, in requests a second over every replica together (at least 2; with the idle windows, a slope has 3 points or more)")
 	fs.DurationVar(&o.window, "window", 2500*time.Millisecond, "each window (a rate's, or an idle one)")
@@ -196,14 +196,14 @@ func (r capacityResult) idle() float64 {
 	k := 0
 	for _, p := range r.points {
 		if p.rate == 0 {
-			sum += p.cores
+			sum += p.cores / float64(max(1, len(p.perCore))) // the replicas measured
 			k++
 		}
 	}
 	if k == 0 {
 		return math.NaN()
 	}
-	return sum / float64(k) / float64(r.replicas)
+	return sum / float64(k)
 }
 
 // top is the highest rate's windows together: their picking times and counts.
@@ -345,7 +345,9 @@ type fleet struct {
 	// scrapes is the fleet's /metrics requests a second, every server together
 	// (the reference's, measured alone).
 	scrapes float64
-	stop    func()
+	// echo: the emulated peers of a configuration with emulatedPeers.
+	echo *echoPeers
+	stop func()
 }
 
 // startFleet starts configuration c with n replicas, each replica listing the
@@ -382,7 +384,18 @@ func (b *bench) startFleet(c configuration, n int, stubs *stubFleet) (*fleet, er
 	}
 	undo = append(undo, func() { _ = os.RemoveAll(home) })
 	scrapes0 := b.scrapes()
-	procs, err := b.startReplicas(ns, home, reps, c.config)
+	launched := reps
+	if c.emulatedPeers {
+		// One real replica; the others, echoPeers, up before it looks for them.
+		launched = reps[:1]
+		echo, err := startEchoPeers(ns, reps[0], reps[1:], sharedIndexPlugin)
+		if err != nil {
+			return fail(err)
+		}
+		undo = append(undo, echo.stop)
+		f.echo = echo
+	}
+	procs, err := b.startReplicas(ns, home, launched, c.config)
 	undo = append(undo, func() { stopReplicas(procs) })
 	if err != nil {
 		return fail(err)
@@ -394,7 +407,7 @@ func (b *bench) startFleet(c configuration, n int, stubs *stubFleet) (*fleet, er
 	if err := eppreplica.WriteSyncSlices(ctx, b.env.Clientset, ns, reps, all, "routingbench"); err != nil {
 		return fail(err)
 	}
-	if err := b.waitReady(c, procs, scrapes0); err != nil {
+	if err := b.waitReady(c, procs, n, scrapes0); err != nil {
 		return fail(err)
 	}
 	time.Sleep(2 * time.Second) // the start's work done
@@ -437,7 +450,7 @@ func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int
 	for _, r := range o.rates {
 		perRound += int(r * o.window.Seconds())
 	}
-	n := len(sub.procs)
+	n := res.replicas
 	var err error
 	if sub.bodies, err = capacityBodies(o.rounds*perRound, salt("capacity", sub.c.name, n)); err != nil {
 		return err
@@ -487,6 +500,11 @@ func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int
 			line += fmt.Sprintf("; the reference %.0f µs (scaling efficiency %.2f)", 1e6*r1.Mean, r1.Mean/mine.Mean)
 		}
 		b.logf("%s", line)
+	}
+	if sub.echo != nil {
+		if err := sub.echo.check(sub.procs[0], n); err != nil {
+			return err
+		}
 	}
 	other := 0.0 // the reference's scrapes, measured alone (none when sub runs alone)
 	if ref != nil {
@@ -786,7 +804,8 @@ func capacityReport(o capacityOptions, results []capacityResult, took time.Durat
 		"One replica, the reference, is up for the whole bench, and each other configuration runs beside it in %d rounds: in each round, every rate and an idle window, in a shuffled order, %v on the configuration and %v on the reference, back to back, which goes first alternating; so the machine's drift, which is larger here than the effect to measure, falls on both alike. "+
 		"CPU: every replica's utime and stime (`/proc/<pid>/stat`, threads that exited included) over each window. The marginal cost is the slope of the replicas' CPU (every replica together) against the rate, fitted over every window (the idle ones at rate 0), with its 95%% interval: what one more request routed anywhere costs the fleet. Requests per core: its inverse. "+
 		"Scaling efficiency: per round, the reference's marginal cost over the configuration's (each fitted on that round's windows), the mean over the rounds with its 95%% interval (1.0: more replicas cost nothing more per request; the target with the shared index at 8 replicas is at least %.2f, met when the interval's lower end clears it). "+
-		"Picking p99: the time the EPP took to pick a server (the ext_proc exchange until its answer) at the highest rate. Idle: per replica, what the replicas use with no request: the model servers' metrics scraped, discovery, and with peer-syncer its pushes and heartbeats, with the shared index its broadcast. Scrapes: the `/metrics` requests each model server gets a second from the configuration's replicas (every replica scrapes every server).\n\n",
+		"Picking p99: the time the EPP took to pick a server (the ext_proc exchange until its answer) at the highest rate. Idle: per replica, what the replicas use with no request: the model servers' metrics scraped, discovery, and with peer-syncer its pushes and heartbeats, with the shared index its broadcast. Scrapes: the `/metrics` requests each model server gets a second from the configuration's replicas (every replica scrapes every server). "+
+		"One replica of N at its full rate: 8 replicas cannot each route near a replica's capacity on 2 cores, so this row runs one real replica that routes the whole rate, and N-1 peers emulated in the bench's process (each a peer-syncer of its own, listed in the EPP Service's EndpointSlices) that publish again each placement it publishes, over prompts of their own (each block hash mixed with the peer's salt): it receives N-1 placements for each request it routes, and sends each of its own to N-1 peers, as every replica of N that all route at its rate does, so its CPU per request is the fleet's (the bench fails the row unless it merged N-1 of its peers' placements for each of its own); its scrapes and idle are that one replica's.\n\n",
 		took.Round(time.Second),
 		o.servers, strings.Join(rates, ", "), o.rounds, o.window, o.window, 1/targetMarginal)
 	sb.WriteString("| configuration | replicas | marginal CPU per request, every replica | requests per core | scaling efficiency (paired with the reference) | picking p99 at the highest rate | idle CPU per replica | scrapes per server and second | answered |\n")
@@ -852,7 +871,8 @@ func capacityHeadline(results []capacityResult) string {
 	s1, _ := one.fit()
 	var parts []string
 	for _, c := range []struct{ config, says string }{
-		{"shared-index-default", "sharing the index on upstream's default profile"},
+		{"shared-index-default", "sharing the index on upstream's default profile, the rates spread over them"},
+		{"shared-index-loaded", "sharing the index on that profile, each at the full rate (one replica measured, its peers emulated)"},
 		{"shared-index", "sharing the index with state sync's profile"},
 		{"local", "sharing nothing (`LocalSyncer`)"},
 	} {

@@ -21,8 +21,12 @@ func fakeCapacity(config, title string, n int, idle, perRequest float64, noise [
 func fakeRounds(n int, idle, perRequest float64, noise []float64) []capacityPoint {
 	var ps []capacityPoint
 	for i, rate := range []float64{0, 40, 80, 120, 0, 40, 80, 120} {
-		ps = append(ps, capacityPoint{rate: rate, round: i / 4, cores: idle + perRequest*rate + noise[i%len(noise)], sent: int(rate), answered: int(rate),
-			route: []time.Duration{time.Duration(n) * time.Millisecond}})
+		p := capacityPoint{rate: rate, round: i / 4, cores: idle + perRequest*rate + noise[i%len(noise)], sent: int(rate), answered: int(rate),
+			route: []time.Duration{time.Duration(n) * time.Millisecond}}
+		for range n {
+			p.perCore = append(p.perCore, p.cores/float64(n))
+		}
+		ps = append(ps, p)
 	}
 	return ps
 }
@@ -40,6 +44,16 @@ func TestCapacityFitIsTheSlope(t *testing.T) {
 	}
 	if got := r.idle(); math.Abs(got-0.05) > 0.002 {
 		t.Errorf("idle per replica %v, want about 0.05", got)
+	}
+	// Idle is per replica measured: 8 replicas that use 8 × 0.05, and one replica
+	// of 8 whose peers are emulated (only its CPU read), both 0.05 a replica.
+	fleet := fakeCapacity("local", "LocalSyncer", 8, 8*0.05, 0.002, []float64{0})
+	one := fleet
+	one.points = fakeRounds(1, 0.05, 0.002, []float64{0})
+	for _, r := range []capacityResult{fleet, one} {
+		if got := r.idle(); math.Abs(got-0.05) > 1e-9 {
+			t.Errorf("idle per replica of %d replicas measured: %v, want 0.05", len(r.points[0].perCore), got)
+		}
 	}
 }
 

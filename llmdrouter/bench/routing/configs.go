@@ -23,6 +23,11 @@ type configuration struct {
 	// sharesIndex: the replicas share the prefix index (shared-prefix-cache-producer
 	// named sharedIndexPlugin; ready when its broadcast is warm).
 	sharesIndex bool
+	// emulatedPeers (capacity bench only): one real replica, which all the load
+	// goes to, and N-1 peers emulated in the bench's process that publish again
+	// each placement it publishes (echoPeers): a replica of N that all route at its
+	// rate.
+	emulatedPeers bool
 	// config is the EPP configuration of replica r.
 	config func(r *eppreplica.Replica) string
 }
@@ -187,6 +192,16 @@ var configurations = []configuration{
 		// no active-request-scorer): what a user of upstream's profile gets, and the
 		// index's part of shared-index's figures without the scorer's.
 		name: "shared-index-default", title: "shared prefix index, default profile", syncs: true, sharesIndex: true,
+		config: func(r *eppreplica.Replica) string {
+			return defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncerOnly, "", peerSyncerDataLayer)
+		},
+	},
+	{
+		// shared-index-default as one replica of N that route as much as it does
+		// (issue 39): the capacity bench's measure of the sharing's cost per request
+		// at the rates a replica routes near its capacity, which 2 cores cannot
+		// give N real replicas. Capacity bench only.
+		name: "shared-index-loaded", title: "shared prefix index, default profile, one of N at the full rate (peers emulated)", syncs: true, sharesIndex: true, emulatedPeers: true,
 		config: func(r *eppreplica.Replica) string {
 			return defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncerOnly, "", peerSyncerDataLayer)
 		},

@@ -395,7 +395,7 @@ func (b *bench) runConfiguration(c configuration, n int) error {
 		return err
 	}
 	t0 := time.Now()
-	if err := b.waitReady(c, procs, scrapes); err != nil {
+	if err := b.waitReady(c, procs, len(procs), scrapes); err != nil {
 		return err
 	}
 	time.Sleep(2 * time.Second) // the start's work done (informers, first scrapes)
@@ -494,11 +494,10 @@ func stopReplicas(procs []*eppProc) {
 
 var httpClient = &http.Client{Timeout: 5 * time.Second}
 
-// waitReady waits until every replica answers readiness SERVING, lists the others
-// as its peers (with peer-syncer: every peer in sync), and has read every model
-// server's metrics a few times.
-func (b *bench) waitReady(c configuration, procs []*eppProc, scrapes0 []int64) error {
-	n := len(procs)
+// waitReady waits until every replica of procs answers readiness SERVING, lists
+// the n-1 others of its fleet as its peers (with peer-syncer: every peer in sync),
+// and has read every model server's metrics a few times.
+func (b *bench) waitReady(c configuration, procs []*eppProc, n int, scrapes0 []int64) error {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		var wrong []string
@@ -533,8 +532,8 @@ func (b *bench) waitReady(c configuration, procs []*eppProc, scrapes0 []int64) e
 			}
 		}
 		for i, s := range b.scrapes() {
-			if got := s - scrapes0[i]; got < int64(5*n) {
-				wrong = append(wrong, fmt.Sprintf("server %d: %d scrapes, want %d (5 a replica)", i, got, 5*n))
+			if got := s - scrapes0[i]; got < int64(5*len(procs)) {
+				wrong = append(wrong, fmt.Sprintf("server %d: %d scrapes, want %d (5 a replica)", i, got, 5*len(procs)))
 			}
 		}
 		if len(wrong) == 0 {
