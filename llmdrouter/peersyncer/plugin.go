@@ -105,9 +105,9 @@ type Parameters struct {
 	// once a tick for all its peers, not once a frame (docs/DECISIONS.md, "Capacity
 	// of active-active replicas"). Adds up to a tick to a placement's way to the
 	// peers. Default 0: each frame is read when it arrives; else 1ms to 100ms. The
-	// capacity bench measures it (shared-index-tick): a lower CPU cost per request
-	// for a higher idle cost per replica, worth it only for a fleet that routes near
-	// its CPU limit (docs/DECISIONS.md).
+	// capacity bench measures it when asked (--configs=single,shared-index-tick): a
+	// lower CPU cost per request for a higher idle cost per replica, worth it only
+	// for a fleet that routes near its CPU limit (docs/DECISIONS.md).
 	ReadTick *params.Duration `json:"readTick,omitempty"`
 	// TLSDir, if set, turns on mutual TLS with the ca.crt, tls.crt and tls.key of a
 	// Secret mounted there (env EPP_PEER_SYNC_TLS_DIR); TLSServerName, if set, is the
