@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/netip"
+	"sync"
 	"time"
-
-	"github.com/go-logr/logr"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/standin"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/eppreplica"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/sharedprefix"
 )
@@ -33,46 +31,27 @@ type echoPeers struct {
 	stop       func()
 }
 
-// startEchoPeers starts reps (the emulated replicas) as peers of real, in
+// startEchoPeers starts reps (the emulated replicas) as peers of measured, in
 // namespace ns, with the EPP's broadcast of the shared index (plugin).
-func startEchoPeers(ns string, real *eppreplica.Replica, reps []*eppreplica.Replica, plugin string) (*echoPeers, error) {
+func startEchoPeers(ns string, measured *eppreplica.Replica, reps []*eppreplica.Replica, plugin string) (*echoPeers, error) {
+	target := peers.PeerMetadata{Namespace: ns, Name: measured.Pod, Address: measured.IP, Port: measured.SyncPort, Ready: true, Serving: true}
 	interval, err := time.ParseDuration(syncInterval)
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	e := &echoPeers{}
-	done := make(chan struct{}, len(reps))
-	started := 0
+	var running sync.WaitGroup
 	e.stop = func() {
 		cancel()
-		for range started {
-			<-done
-		}
+		running.Wait()
 	}
 	for i, r := range reps {
 		salt := uint64(i+1) * 0x9e3779b97f4a7c15 // this peer's prompts
-		l, err := net.Listen("tcp", net.JoinHostPort(r.IP, fmt.Sprint(r.SyncPort)))
+		s, err := standin.Peer(ns, r.Pod, r.IP, int(r.SyncPort), target, interval)
 		if err != nil {
 			e.stop()
-			return nil, fmt.Errorf("emulated peer %s: %w", r.Pod, err)
-		}
-		members := peers.NewMemoryPeerStore()
-		members.UpsertPeer(peers.PeerMetadata{Namespace: ns, Name: real.Pod, Address: real.IP, Port: real.SyncPort, Ready: true, Serving: true})
-		own := net.ParseIP(r.IP)
-		s, err := peersync.New(peersync.Options{
-			Self:          peers.Self{Namespace: ns, Name: r.Pod, Addresses: []netip.Addr{netip.MustParseAddr(r.IP)}},
-			Peers:         members,
-			Listener:      l,
-			Interval:      interval,
-			SourceAddress: func(peers.PeerMetadata) net.IP { return own },
-			Instance:      "emulated-" + r.Pod,
-			Log:           logr.Discard(),
-		})
-		if err != nil {
-			l.Close()
-			e.stop()
-			return nil, fmt.Errorf("emulated peer %s: %w", r.Pod, err)
+			return nil, fmt.Errorf("emulated peer: %w", err)
 		}
 		var b *peersync.Broadcast
 		b, err = s.Broadcast(sharedprefix.BroadcastName(plugin), peersync.BroadcastOptions{
@@ -90,13 +69,11 @@ func startEchoPeers(ns string, real *eppreplica.Replica, reps []*eppreplica.Repl
 			},
 		})
 		if err != nil {
-			l.Close()
 			e.stop()
 			return nil, fmt.Errorf("emulated peer %s: %w", r.Pod, err)
 		}
 		e.broadcasts = append(e.broadcasts, b)
-		started++
-		go func() { _ = s.Run(ctx); done <- struct{}{} }()
+		running.Go(func() { _ = s.Run(ctx) })
 	}
 	return e, nil
 }

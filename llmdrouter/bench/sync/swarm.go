@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -16,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peers"
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/standin"
 )
 
 // swarmMain runs the other N-1 replicas of a cost run in one process: N-1 syncers,
@@ -61,18 +60,9 @@ func swarmMain(args []string) error {
 	}
 	key := spec.StateKey
 	eps := endpointNames(*endpoints)
+	measured := peers.PeerMetadata{Namespace: *namespace, Name: tname, Address: tap.Addr().String(), Port: int32(tap.Port()), Ready: true, Serving: true}
 	for i := 1; i <= *n; i++ {
-		ip := netns.Addr(10 + i)
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(ps[i-1])))
-		if err != nil {
-			return err
-		}
-		members := peers.NewMemoryPeerStore()
-		members.UpsertPeer(peers.PeerMetadata{Namespace: *namespace, Name: tname, Address: tap.Addr().String(), Port: int32(tap.Port()), Ready: true, Serving: true})
-		self := peers.Self{Namespace: *namespace, Name: fmt.Sprintf("epp-%d", i), Addresses: []netip.Addr{netip.MustParseAddr(ip)}}
-		own := net.ParseIP(ip)
-		s, err := peersync.New(peersync.Options{Self: self, Peers: members, Listener: l, Interval: *interval,
-			SourceAddress: func(peers.PeerMetadata) net.IP { return own }, Instance: self.Name})
+		s, err := standin.Peer(*namespace, fmt.Sprintf("epp-%d", i), netns.Addr(10+i), ps[i-1], measured, *interval)
 		if err != nil {
 			return err
 		}
