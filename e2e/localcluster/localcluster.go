@@ -67,10 +67,21 @@ type Cluster struct {
 
 type process struct {
 	name string
+	bin  string
+	args []string
 	cmd  *exec.Cmd
 	done chan struct{}
 	logf string
+	// starts counts how often it was started: a component that exits before the
+	// cluster is ready is started again, up to maxStarts in all.
+	starts int
 }
+
+// maxStarts bounds the starts of a component that exits before the cluster is
+// ready. KWOK v0.8.0 has been seen to panic once while it set up its metrics' CEL
+// environment, 4 s after it started (seen once in this project's CI); the next start is a
+// new process and goes on. A component that exits maxStarts times fails Start.
+const maxStarts = 3
 
 // Binaries says where the components are.
 type Binaries struct {
@@ -205,21 +216,34 @@ func (c *Cluster) warmUpPodIPs(ctx context.Context, timeout time.Duration) error
 }
 
 func (c *Cluster) start(name, bin string, args ...string) error {
-	logf := filepath.Join(c.dir, name+".log")
-	f, err := os.Create(logf)
+	p := &process{name: name, bin: bin, args: args, logf: filepath.Join(c.dir, name+".log")}
+	if err := c.run(p); err != nil {
+		return err
+	}
+	c.procs = append(c.procs, p)
+	return nil
+}
+
+// run starts p's binary, appending to its log, so a log shows every start.
+func (c *Cluster) run(p *process) error {
+	f, err := os.OpenFile(p.logf, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(bin, args...)
+	p.starts++
+	if p.starts > 1 {
+		fmt.Fprintf(f, "--- localcluster: start %d of %s\n", p.starts, p.name)
+	}
+	cmd := exec.Command(p.bin, p.args...)
 	cmd.Stdout, cmd.Stderr = f, f
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the test
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		return fmt.Errorf("starting %s: %w", name, err)
+		return fmt.Errorf("starting %s: %w", p.name, err)
 	}
-	p := &process{name: name, cmd: cmd, done: make(chan struct{}), logf: logf}
-	go func() { _ = cmd.Wait(); f.Close(); close(p.done) }()
-	c.procs = append(c.procs, p)
+	done := make(chan struct{})
+	p.cmd, p.done = cmd, done
+	go func() { _ = cmd.Wait(); f.Close(); close(done) }()
 	return nil
 }
 
@@ -253,7 +277,13 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 		for _, p := range c.procs {
 			select {
 			case <-p.done:
-				return false, fmt.Errorf("%s exited: %s", p.name, c.tail(p, 20))
+				if p.starts >= maxStarts {
+					return false, fmt.Errorf("%s exited %d times before the cluster was ready, the last time with: %s", p.name, p.starts, c.tail(p, 20))
+				}
+				fmt.Fprintf(c.log, "%s exited before the cluster was ready; starting it again (%d of %d): %s\n", p.name, p.starts+1, maxStarts, c.tail(p, 20))
+				if err := c.run(p); err != nil {
+					return false, err
+				}
 			default:
 			}
 		}
@@ -284,15 +314,30 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 	return nil
 }
 
-// tail returns the last n lines of a component's log.
+// tail returns the last n lines of a component's log, after the line that says why
+// it crashed, when a crash printed one above them (a Go panic prints its cause first
+// and then its stack, which the last lines alone cut off).
 func (c *Cluster) tail(p *process, n int) string {
 	b, _ := os.ReadFile(p.logf)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
+	return logExcerpt(string(b), n)
+}
+
+// logExcerpt is tail's text: the last "panic:" or "fatal error:" line above the
+// last n lines, if any, then those lines, each on a line of its own.
+func logExcerpt(log string, n int) string {
+	lines := strings.Split(strings.TrimRight(log, "\n"), "\n")
+	start := max(len(lines)-n, 0)
 	out := ""
-	for _, l := range lines {
+	for i := start - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "panic: ") || strings.HasPrefix(lines[i], "fatal error: ") {
+			out += "\n  " + lines[i] + "\n  ..."
+			break
+		}
+		if strings.HasPrefix(lines[i], "--- localcluster: start ") {
+			break // an earlier start's crash, not this one's
+		}
+	}
+	for _, l := range lines[start:] {
 		out += "\n  " + l
 	}
 	return out
