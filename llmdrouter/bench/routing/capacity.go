@@ -63,6 +63,8 @@ type capacityOptions struct {
 	quote    []string
 	plot     string
 	pprofDir string
+	// measuredBy is the command the report names as its source.
+	measuredBy string
 }
 
 func parseCapacityOptions(args []string) (capacityOptions, error) {
@@ -82,6 +84,7 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	o.measuredBy = makeInvocation("bench-capacity", "BENCH_CAPACITY_FLAGS", fs, "epp", "write", "quote", "plot")
 	for _, name := range splitList(*configs) {
 		c, err := configurationNamed(name)
 		if err != nil {
@@ -799,14 +802,14 @@ func capacityReport(o capacityOptions, results []capacityResult, took time.Durat
 	for _, r := range o.rates {
 		rates = append(rates, fmt.Sprintf("%g", r))
 	}
-	sb.WriteString(markdown.Measured("`make bench-capacity`"))
-	fmt.Fprintf(&sb, " in %v: the real EPP build (`bin/epp-llmd`) on a real API server, %d model servers that answer at once (the API and metrics of `modelsim`, no queue and no cost: the machine's CPU goes to the EPPs), the multi-turn workload's requests (each run's own text) sent open-loop at %s requests a second in all, spread over the replicas in turn. "+
+	sb.WriteString(markdown.Measured(o.measuredBy))
+	fmt.Fprintf(&sb, " in %v: the real EPP build (`%s`) on a real API server, %d model servers that answer at once (the API and metrics of `modelsim`, no queue and no cost: the machine's CPU goes to the EPPs), the multi-turn workload's requests (each run's own text) sent open-loop at %s requests a second in all, spread over the replicas in turn. "+
 		"One replica, the reference, is up for the whole bench, and each other configuration runs beside it in %d rounds: in each round, every rate and an idle window, in a shuffled order, %v on the configuration and %v on the reference, back to back, which goes first alternating; so the machine's drift, which is larger here than the effect to measure, falls on both alike. "+
 		"CPU: every replica's utime and stime (`/proc/<pid>/stat`, threads that exited included) over each window. The marginal cost is the slope of the replicas' CPU (every replica together) against the rate, fitted over every window (the idle ones at rate 0), with its 95%% interval: what one more request routed anywhere costs the fleet. Requests per core: its inverse. "+
 		"Scaling efficiency: per round, the reference's marginal cost over the configuration's (each fitted on that round's windows), the mean over the rounds with its 95%% interval (1.0: more replicas cost nothing more per request; the target with the shared index at 8 replicas is at least %.2f, met when the interval's lower end clears it). "+
 		"Picking p99: the time the EPP took to pick a server (the ext_proc exchange until its answer) at the highest rate. Idle: per replica, what the replicas use with no request: the model servers' metrics scraped, discovery, and with peer-syncer its pushes and heartbeats, with the shared index its broadcast. Scrapes: the `/metrics` requests each model server gets a second from the configuration's replicas (every replica scrapes every server). "+
 		"One replica of N at its full rate: 8 replicas cannot each route near a replica's capacity on 2 cores, so this row runs one real replica that routes the whole rate, and N-1 peers emulated in the bench's process (each a peer-syncer of its own, listed in the EPP Service's EndpointSlices) that publish again each placement it publishes, over prompts of their own (each block hash mixed with the peer's salt): it receives N-1 placements for each request it routes, and sends each of its own to N-1 peers, as every replica of N that all route at its rate does, so its CPU per request is the fleet's (the bench fails the row unless it merged N-1 of its peers' placements for each of its own); its scrapes and idle are that one replica's.\n\n",
-		took.Round(time.Second),
+		took.Round(time.Second), eppName(o.epp),
 		o.servers, strings.Join(rates, ", "), o.rounds, o.window, o.window, 1/targetMarginal)
 	sb.WriteString("| configuration | replicas | marginal CPU per request, every replica | requests per core | scaling efficiency (paired with the reference) | picking p99 at the highest rate | idle CPU per replica | scrapes per server and second | answered |\n")
 	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")

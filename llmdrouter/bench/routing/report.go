@@ -114,14 +114,14 @@ func (b *bench) cells(kind workload.Kind, size string) []cell {
 func (b *bench) report(took time.Duration) rendered {
 	var sb strings.Builder
 	cfg := b.o.sim.cfg
-	run := "`make bench-routing`"
+	run := b.o.measuredBy
 	if b.o.quick {
-		run = "`make bench-routing BENCH_ROUTING_FLAGS=--quick` (a quick set: fewer seeds, no rolling restart)"
+		run += " (a quick set: fewer seeds, no rolling restart)"
 	}
 	sb.WriteString(markdown.Measured(run))
-	fmt.Fprintf(&sb, " in %v: %d simulated vLLM servers (`modelsim`: KV cache of %s blocks of %d tokens each, at most %d running, steps of %v + %v per decoding request + %v per prefilled token; simulated time %g× the wall clock), the real EPP build (`bin/epp-llmd`) with llm-d-router's default profile, replicas on a real API server (envtest) with `endpointslice-peer-discovery`; %s. Each figure is the median over the seeds, with the range in brackets. TTFT is simulated (the servers' queue and prefill). What a request costs the EPPs in CPU is measured apart, by `make bench-capacity` ([Capacity](#capacity-of-active-active-replicas-make-bench-capacity)): here the model servers share the machine with them.\n",
+	fmt.Fprintf(&sb, " in %v: %d simulated vLLM servers (`modelsim`: KV cache of %s blocks of %d tokens each, at most %d running, steps of %v + %v per decoding request + %v per prefilled token; simulated time %g× the wall clock), the real EPP build (`%s`) with llm-d-router's default profile, replicas on a real API server (envtest) with `endpointslice-peer-discovery`; %s. Each figure is the median over the seeds, with the range in brackets. TTFT is simulated (the servers' queue and prefill). What a request costs the EPPs in CPU is measured apart, by `make bench-capacity` ([Capacity](#capacity-of-active-active-replicas-make-bench-capacity)): here the model servers share the machine with them.\n",
 		took.Round(time.Second),
-		b.o.servers, markdown.Thousands(cfg.CapacityBlocks), cfg.BlockTokens, cfg.MaxRunning, cfg.StepBase, cfg.StepPerSequence, cfg.PrefillPerToken, b.o.sim.speedup, b.seedsText())
+		b.o.servers, markdown.Thousands(cfg.CapacityBlocks), cfg.BlockTokens, cfg.MaxRunning, cfg.StepBase, cfg.StepPerSequence, cfg.PrefillPerToken, b.o.sim.speedup, eppName(b.o.epp), b.seedsText())
 	var steps, late int64
 	idle := map[string]float64{}
 	var idleOrder []string

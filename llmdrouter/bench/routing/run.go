@@ -50,8 +50,10 @@ type runOptions struct {
 	plot         string
 	smoke        bool
 	quick        bool
-	epp          string
-	timeout      time.Duration
+	// measuredBy is the command the report names as its source.
+	measuredBy string
+	epp        string
+	timeout    time.Duration
 	// restartConfigs also run through a rolling restart of restartReplicas
 	// replicas, restartSeeds times (see rollingRestarts).
 	restartConfigs  []string
@@ -127,6 +129,7 @@ func parseRunOptions(args []string) (runOptions, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	o.measuredBy = makeInvocation("bench-routing", "BENCH_ROUTING_FLAGS", fs, "epp", "write", "quote", "plot")
 	if err := o.sim.validate(); err != nil {
 		return o, err
 	}
