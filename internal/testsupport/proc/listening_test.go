@@ -62,6 +62,10 @@ func TestListeningPorts(t *testing.T) {
 const listenEnv = "PROC_TEST_LISTEN"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(parentEnv) != "" {
+		runParent()
+		return
+	}
 	if addr := os.Getenv(listenEnv); addr != "" {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
