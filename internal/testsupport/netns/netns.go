@@ -15,7 +15,10 @@
 //
 // Isolate re-executes the test binary under unshare(1) (util-linux) as root, or as
 // the root of a new user namespace otherwise; where neither works the test fails,
-// saying why.
+// saying why. A signal that stops the binary (SIGINT, SIGTERM, SIGHUP) stops what
+// it started too (proc.StopDescendantsOnSignal): the outer process passes it on to
+// the inner one and waits for it, and the inner one gets SIGTERM if the outer one
+// is killed.
 package netns
 
 import (
@@ -24,7 +27,13 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
+	"runtime"
 	"strings"
+	"syscall"
+	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
 )
 
 // marker is set in the environment of the re-executed binary.
@@ -49,11 +58,16 @@ func Addr(i int) string {
 // Inside reports whether this process runs in the isolated namespace.
 func Inside() bool { return os.Getenv(marker) == "1" }
 
+// stopGrace is how long the processes a binary started get to exit after SIGTERM
+// when a signal stops it.
+const stopGrace = 10 * time.Second
+
 // Isolate makes the rest of the test binary run in the isolated namespace: outside
 // it, it runs the binary again inside one and exits with its status; inside, it
 // brings the loopback up with Prefix on it.
 func Isolate(suite string) {
 	if Inside() {
+		proc.StopDescendantsOnSignal(suite, stopGrace)
 		if err := setUp(); err != nil {
 			fmt.Fprintf(os.Stderr, "%s: setting up the network namespace: %v\n", suite, err)
 			os.Exit(1)
@@ -73,7 +87,20 @@ func Isolate(suite string) {
 	cmd := exec.Command(unshare, args...)
 	cmd.Env = append(os.Environ(), marker+"=1")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	err = cmd.Run()
+	// The parent-death signal goes when the thread that started the child ends:
+	// this goroutine keeps its thread until the process exits.
+	runtime.LockOSThread()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	signals := make(chan os.Signal, 1)
+	signal.Notify(signals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	if err = cmd.Start(); err == nil {
+		go func() {
+			for s := range signals {
+				_ = cmd.Process.Signal(s) // unshare(1) runs the binary in its own place
+			}
+		}()
+		err = cmd.Wait()
+	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		os.Exit(ee.ExitCode())
