@@ -7,8 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/capture"
 )
 
 // KWOK v0.8.0 has panicked once while it started (seen in this project's CI). A fake
@@ -27,7 +28,7 @@ func TestStartOutlivesAComponentThatCrashesAtItsFirstStart(t *testing.T) {
 	if err := os.WriteFile(bins.Kwok, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var progress lockedBuffer
+	var progress capture.Buffer
 	c, err := Start(context.Background(), bins, &progress)
 	defer c.Stop()
 	if err != nil {
@@ -37,21 +38,4 @@ func TestStartOutlivesAComponentThatCrashesAtItsFirstStart(t *testing.T) {
 		!strings.Contains(progress.String(), "panic: injected at the first start") {
 		t.Errorf("the crash and the restart are not reported with the panic's cause; progress:\n%s", progress.String())
 	}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
