@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/proc"
 )
 
 // benchEnv makes the test binary a bench in a namespace of its own (see TestMain).
@@ -70,9 +72,7 @@ func TestASignalStopsWhatTheIsolatedBinaryStarted(t *testing.T) {
 	if !errors.As(err, &ee) || ee.ExitCode() != 128+int(syscall.SIGTERM) {
 		t.Errorf("the bench exited with %v, want exit status %d; its stderr:\n%s", err, 128+int(syscall.SIGTERM), stderr.String())
 	}
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
-		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) > 0 && f[0] != "Z" {
-			t.Errorf("the process the bench started (%d) still runs (state %s) after the bench stopped on SIGTERM", pid, f[0])
-		}
+	if proc.Running(pid) {
+		t.Errorf("the process the bench started (%d) still runs after the bench stopped on SIGTERM", pid)
 	}
 }

@@ -74,7 +74,7 @@ func StopAll(pids []int, grace time.Duration) {
 	for {
 		var running []int
 		for _, p := range pids {
-			if alive(p) {
+			if Running(p) {
 				running = append(running, p)
 			}
 		}
@@ -102,8 +102,9 @@ func parentOf(pid int) (int, bool) {
 	return ppid, err == nil
 }
 
-// alive reports whether pid runs: it exists and is no zombie.
-func alive(pid int) bool {
+// Running reports whether process pid runs: it exists and is no zombie (one that
+// exited and that its parent has yet to reap).
+func Running(pid int) bool {
 	f, ok := statFields(pid)
 	return ok && len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }

@@ -76,7 +76,7 @@ func TestStopDescendantsOnSignal(t *testing.T) {
 		t.Fatalf("Descendants of the parent = %v, %v; want the 3 it started: %v", d, err, pids)
 	}
 	for _, p := range pids {
-		if !alive(p) {
+		if !Running(p) {
 			t.Fatalf("process %d is not running before the signal", p)
 		}
 	}
@@ -95,7 +95,7 @@ func TestStopDescendantsOnSignal(t *testing.T) {
 		t.Errorf("the parent exited with %v, want exit status %d", err, 128+int(syscall.SIGTERM))
 	}
 	for _, p := range pids {
-		if alive(p) {
+		if Running(p) {
 			t.Errorf("process %d still runs after its parent stopped on SIGTERM", p)
 		}
 	}
