@@ -263,7 +263,7 @@ func (s *Syncer) admit(ctx context.Context, conn net.Conn, ip string) (*inStream
 	s.m.receivedBytes.Add(float64(len(wire.Preface) + helloBytes))
 	// What this replica takes besides states (a first-version dialer discards it).
 	_ = conn.SetWriteDeadline(s.o.now().Add(time.Second))
-	if _, err := io.WriteString(conn, wire.FeaturesLine(wire.FeatureBroadcast, wire.FeatureBroadcastSeq)); err != nil {
+	if _, err := io.WriteString(conn, wire.FeaturesLine(wire.FeatureExchange)); err != nil {
 		s.detach(in)
 		return nil, nil
 	}

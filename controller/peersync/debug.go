@@ -49,43 +49,29 @@ type PeerStatus struct {
 	// "down" (with OutboundError).
 	Outbound      string `json:"outbound"`
 	OutboundError string `json:"outboundError,omitempty"`
+	// BudgetLeftBytes is what is left of the peer's budget (Options.PeerBudget).
+	BudgetLeftBytes float64 `json:"budgetLeftBytes"`
 }
 
-// BroadcastStatus is one broadcast: whether it is warm (a peer's snapshot arrived
-// whole, or it asks for none), the messages sent and received, and per peer what
-// was delivered and what is missing.
+// BroadcastStatus is one broadcast: the messages published and received, and per
+// peer the frames delivered and skipped and the bytes sent to it alone and
+// received from it alone.
 type BroadcastStatus struct {
-	Name             string  `json:"name"`
-	Warm             bool    `json:"warm"`
-	WarmAfterSeconds float64 `json:"warmAfterSeconds,omitempty"`
-	// WarmFrom is the peer whose snapshot warmed it; WarmEmpty: warm with none
-	// (no peer, every peer cold, or none answered).
-	WarmFrom  string `json:"warmFrom,omitempty"`
-	WarmEmpty bool   `json:"warmEmpty,omitempty"`
-	// Seq is the number of the last frame this replica published.
-	Seq      uint64 `json:"seq"`
-	Sent     uint64 `json:"sent"`
-	Received uint64 `json:"received"`
-	// Missing is the peers' frames this replica knows it is missing now.
-	Missing int64                 `json:"missing"`
-	Peers   []BroadcastPeerStatus `json:"peers"`
+	Name     string                `json:"name"`
+	Sent     uint64                `json:"sent"`
+	Received uint64                `json:"received"`
+	Peers    []BroadcastPeerStatus `json:"peers"`
 }
 
-// BroadcastPeerStatus is one peer of a broadcast: this replica's frames delivered
-// to it, skipped (it asks for them again) and resent, the resyncs served to it and
-// received from it, and the peer's frames found missing here (gaps) and still
-// missing.
+// BroadcastPeerStatus is one peer of a broadcast: this replica's published frames
+// delivered to it and skipped (no connection, or it read too slowly), and the
+// bytes of messages to it alone and from it alone.
 type BroadcastPeerStatus struct {
-	Peer            string  `json:"peer"`
-	Delivered       float64 `json:"delivered"`
-	Skipped         float64 `json:"skipped"`
-	Resent          float64 `json:"resent"`
-	ResyncsServed   float64 `json:"resyncsServed"`
-	ResyncsReceived float64 `json:"resyncsReceived"`
-	Gaps            float64 `json:"gaps"`
-	Missing         int64   `json:"missing"`
-	// Seq is the last frame of the peer's process seen here.
-	Seq uint64 `json:"seq"`
+	Peer                string  `json:"peer"`
+	Delivered           float64 `json:"delivered"`
+	Skipped             float64 `json:"skipped"`
+	DirectBytesSent     float64 `json:"directBytesSent"`
+	DirectBytesReceived float64 `json:"directBytesReceived"`
 }
 
 // KeyView is one state key.
@@ -137,16 +123,17 @@ func (s *Syncer) Document(keyPrefix, endpointPrefix string) Document {
 	})
 	slices.SortFunc(doc.Broadcasts, func(a, b BroadcastStatus) int { return strings.Compare(a.Name, b.Name) })
 	doc.Rejections = map[string]float64{}
-	for _, reason := range rejectReasons {
-		if n := counterValue(s.m.rejections.WithLabelValues(reason)); n > 0 {
-			doc.Rejections[reason] = n
+	s.reasons.Range(func(k, _ any) bool {
+		if n := counterValue(s.m.rejections.WithLabelValues(k.(string))); n > 0 {
+			doc.Rejections[k.(string)] = n
 		}
-	}
+		return true
+	})
 	s.mu.Lock()
 	peerNames := map[int]string{}
 	for _, rec := range s.peers {
 		ps := PeerStatus{ID: rec.id, Address: rec.meta.Address, Port: rec.meta.Port, InSync: rec.valid.Load() != 0,
-			Inbound: rec.in != nil, Entries: rec.entries.Load(), Outbound: "down"}
+			Inbound: rec.in != nil, Entries: rec.entries.Load(), Outbound: "down", BudgetLeftBytes: rec.budget.left(now)}
 		if t := rec.lastHeard.Load(); t != 0 {
 			age := now.Sub(time.Unix(0, t)).Seconds()
 			ps.LastMessageSeconds = &age
@@ -276,31 +263,20 @@ func counterValue(c prometheus.Counter) float64 {
 // broadcastStatus is b as the document shows it.
 func (s *Syncer) broadcastStatus(b *Broadcast) BroadcastStatus {
 	sent, received := b.Stats()
-	st := BroadcastStatus{Name: b.name, Warm: b.isWarm(), WarmAfterSeconds: b.WarmAfter().Seconds(), WarmEmpty: b.isWarm() && b.warmEmpty.Load(),
-		Sent: sent, Received: received, Missing: b.missing.Load(), Peers: []BroadcastPeerStatus{}}
-	if p := b.warmFrom.Load(); p != nil {
-		st.WarmFrom = *p
-	}
-	b.flushMu.Lock()
-	st.Seq = b.seq
-	b.flushMu.Unlock()
+	st := BroadcastStatus{Name: b.name, Sent: sent, Received: received, Peers: []BroadcastPeerStatus{}}
 	s.mu.Lock()
-	recs := make([]*peerRec, 0, len(s.peers))
-	for _, rec := range s.peers {
-		recs = append(recs, rec)
+	ids := make([]string, 0, len(s.peers))
+	for id := range s.peers {
+		ids = append(ids, id)
 	}
 	s.mu.Unlock()
-	for _, rec := range recs {
-		ps := BroadcastPeerStatus{Peer: rec.id}
-		if v, ok := b.peers.Load(rec.id); ok {
+	for _, id := range ids {
+		ps := BroadcastPeerStatus{Peer: id}
+		if v, ok := b.peers.Load(id); ok {
 			pc := v.(*broadcastPeer)
-			ps.Delivered, ps.Skipped, ps.Resent = counterValue(pc.delivered), counterValue(pc.skipped), counterValue(pc.resent)
-			ps.ResyncsServed, ps.ResyncsReceived, ps.Gaps = counterValue(pc.resyncsServed), counterValue(pc.resyncsReceived), counterValue(pc.gaps)
+			ps.Delivered, ps.Skipped = counterValue(pc.delivered), counterValue(pc.skipped)
+			ps.DirectBytesSent, ps.DirectBytesReceived = counterValue(pc.directSent), counterValue(pc.directReceived)
 		}
-		c := rec.cursor(b.name)
-		c.lock.Lock()
-		ps.Missing, ps.Seq = count(c.missing), c.high
-		c.lock.Unlock()
 		st.Peers = append(st.Peers, ps)
 	}
 	slices.SortFunc(st.Peers, func(a, b BroadcastPeerStatus) int { return strings.Compare(a.Peer, b.Peer) })

@@ -42,12 +42,9 @@ type peerRec struct {
 	out     *outStream
 	timer   *time.Timer // expiry after a connection ended
 
-	bulk atomic.Bool // a snapshot, a resync or resent frames are on their way to the peer
-
-	// cursorsMu guards cursors: per broadcast, what this replica received of the
-	// peer's process (see resend.go).
-	cursorsMu sync.Mutex
-	cursors   map[string]*originCursor
+	// budget is what the peer may still cost this replica: every frame it sends,
+	// and every message sent to it alone (Options.PeerBudget).
+	budget tokenBucket
 }
 
 // followMembers applies every change of the peer set until ctx ends.
@@ -84,6 +81,7 @@ func (s *Syncer) setMembers(ctx context.Context, ps []peers.PeerMetadata) {
 		}
 		if rec == nil {
 			rec = &peerRec{id: id, meta: p, idx: s.allocIdx()}
+			rec.budget.init(s.o.PeerBudget, s.o.now())
 			s.peers[id] = rec
 			s.byAddr[p.Address] = append(s.byAddr[p.Address], rec)
 			o := &outStream{peer: p, done: make(chan struct{}), wake: make(chan struct{}, 1)}
@@ -322,20 +320,11 @@ func (s *Syncer) stopAll() {
 	}
 }
 
-// forgetBroadcastPeer drops what the broadcasts hold of rec, which left the
-// membership: its frames missing here no longer are, and its metric series go.
+// forgetBroadcastPeer drops the broadcasts' metric series of rec, which left the
+// membership.
 func (s *Syncer) forgetBroadcastPeer(rec *peerRec) {
-	rec.cursorsMu.Lock()
-	missing := map[string]int64{}
-	for name, c := range rec.cursors {
-		c.lock.Lock()
-		missing[name] = count(c.missing)
-		c.lock.Unlock()
-	}
-	rec.cursors = nil
-	rec.cursorsMu.Unlock()
-	s.broadcasts.Range(func(name, v any) bool {
-		v.(*Broadcast).forgetPeer(rec.id, missing[name.(string)])
+	s.broadcasts.Range(func(_, v any) bool {
+		v.(*Broadcast).forgetPeer(rec.id)
 		return true
 	})
 }

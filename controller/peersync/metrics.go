@@ -40,7 +40,7 @@ var (
 	}, []string{Label})
 	rejections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_rejections_total",
-		Help: "Connections and messages refused, by reason: unknown-source, identity, stale-incarnation, clock-skew, not-ready, too-many-pending, handshake-timeout, preface, tls, oversized, value-too-large (per value), undecodable (per value), malformed, stalled, too-many-entries, too-many-keys, unknown-broadcast (per frame), unsolicited (per frame).",
+		Help: "Connections and messages refused, by reason: unknown-source, identity, stale-incarnation, clock-skew, not-ready, too-many-pending, handshake-timeout, preface, tls, oversized, value-too-large (per value), undecodable (per value), malformed, stalled, too-many-entries, too-many-keys, unknown-broadcast (per frame), budget (a peer over its budget; its connections closed), and a broadcast consumer's own reasons.",
 	}, []string{Label, "reason"})
 	connectErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_push_errors_total",
@@ -72,32 +72,16 @@ var (
 	}, []string{Label})
 	broadcastMessages = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_broadcast_frames_total",
-		Help: "Frames of a broadcast (messages published within one window, or part of a snapshot or a resync), by direction: sent (published, once whatever the peers), received (from any peer), snapshot-sent, resync-sent.",
+		Help: "Frames of a broadcast (the messages published within one window, or one message to one peer alone), by direction: sent (published, once whatever the peers), received (from any peer, published or to this replica alone).",
 	}, []string{Label, "broadcast", "direction"})
 	broadcastPeerFrames = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_broadcast_peer_frames_total",
-		Help: "Published frames of a broadcast, per peer, by outcome: delivered (written to the peer's connection), skipped (no connection, or the peer read too slowly: it asks for them again), resent (written again because the peer asked).",
+		Help: "Published frames of a broadcast, per peer, by outcome: delivered (written to the peer's connection), skipped (no connection that takes it, or the peer read too slowly: a consumer that needs it repairs it).",
 	}, []string{Label, "broadcast", "peer", "outcome"})
-	broadcastGaps = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "epp_peer_sync_broadcast_gaps_total",
-		Help: "Frames of a peer's broadcast that this replica found missing (a connection gap), each asked for again.",
-	}, []string{Label, "broadcast", "peer"})
-	broadcastResyncs = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "epp_peer_sync_broadcast_resyncs_total",
-		Help: "Resyncs (a snapshot in place of frames a peer missed that were no longer kept), per peer, by role: served (to the peer), received (from it).",
-	}, []string{Label, "broadcast", "peer", "role"})
-	broadcastMissing = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "epp_peer_sync_broadcast_missing_frames",
-		Help: "Frames of the peers' broadcasts that this replica knows it is missing now (asked for, not received yet).",
-	}, []string{Label, "broadcast"})
-	broadcastWarm = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "epp_peer_sync_broadcast_warm",
-		Help: "1 once a broadcast that bootstraps got a peer's snapshot whole (or found no peer to ask), 0 before.",
-	}, []string{Label, "broadcast"})
-	broadcastWarmSeconds = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "epp_peer_sync_broadcast_warm_seconds",
-		Help: "Seconds from the syncer's start to its broadcast's being warm.",
-	}, []string{Label, "broadcast"})
+	broadcastDirectBytes = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_peer_sync_broadcast_direct_bytes_total",
+		Help: "Bytes of a broadcast's messages to one peer alone (requests and answers, as a repair exchanges them), per peer, by direction: sent (charged to the peer's budget), received.",
+	}, []string{Label, "broadcast", "peer", "direction"})
 	unsendable = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_peer_sync_unsendable_values_total",
 		Help: "Local values not sent because they could not be encoded or were over maxValueBytes.",
@@ -107,7 +91,7 @@ var (
 func init() {
 	ctrlmetrics.Registry.MustRegister(pushSeconds, sentBytes, receivedBytes, sentMessages, receivedMessages, fullStates,
 		rejections, connectErrors, dropped, peersGauge, inSync, expired, unsendable, pendingGauge, acceptErrors,
-		broadcastMessages, broadcastWarm, broadcastWarmSeconds, broadcastPeerFrames, broadcastGaps, broadcastResyncs, broadcastMissing)
+		broadcastMessages, broadcastPeerFrames, broadcastDirectBytes)
 }
 
 // instanceMetrics are one syncer's metrics.
@@ -129,12 +113,8 @@ type instanceMetrics struct {
 	acceptErrors     prometheus.Counter
 
 	broadcastMessages    *prometheus.CounterVec
-	broadcastWarm        *prometheus.GaugeVec
-	broadcastWarmSeconds *prometheus.GaugeVec
 	broadcastPeerFrames  *prometheus.CounterVec
-	broadcastGaps        *prometheus.CounterVec
-	broadcastResyncs     *prometheus.CounterVec
-	broadcastMissing     *prometheus.GaugeVec
+	broadcastDirectBytes *prometheus.CounterVec
 
 	mu     sync.Mutex
 	logged map[string]time.Time
@@ -160,12 +140,8 @@ func metricsFor(instance string) *instanceMetrics {
 		acceptErrors:     acceptErrors.With(l),
 
 		broadcastMessages:    broadcastMessages.MustCurryWith(l),
-		broadcastWarm:        broadcastWarm.MustCurryWith(l),
-		broadcastWarmSeconds: broadcastWarmSeconds.MustCurryWith(l),
 		broadcastPeerFrames:  broadcastPeerFrames.MustCurryWith(l),
-		broadcastGaps:        broadcastGaps.MustCurryWith(l),
-		broadcastResyncs:     broadcastResyncs.MustCurryWith(l),
-		broadcastMissing:     broadcastMissing.MustCurryWith(l),
+		broadcastDirectBytes: broadcastDirectBytes.MustCurryWith(l),
 		logged:               map[string]time.Time{},
 	}
 	for _, r := range rejectReasons {

@@ -11,7 +11,7 @@ import (
 )
 
 // TestReadTickKeepsEveryPromise runs the syncer's tests of delivery, expiry,
-// hostile input, gaps and TLS again with every replica reading at a 5ms tick
+// hostile input, messages to one peer, budgets and TLS again with every replica reading at a 5ms tick
 // (Options.ReadTick): reading at the ticks changes when a frame is read, never what
 // is read, what is refused, or when a silent or stalled peer is let go.
 func TestReadTickKeepsEveryPromise(t *testing.T) {
@@ -27,10 +27,9 @@ func TestReadTickKeepsEveryPromise(t *testing.T) {
 		"malformed":         TestMalformedAndOversizedInputIsACountedRejection,
 		"every rejection":   TestEveryRejectionIsCounted,
 		"broadcast":         TestBroadcastReachesEveryPeerWithinTheWindow,
-		"snapshot":          TestBroadcastSnapshotWarmsANewReplica,
-		"gap":               TestNothingPublishedIsLostToAGap,
-		"resync":            TestAGapLongerThanTheBufferGetsAResync,
+		"to one peer":       TestSendToReachesOnePeerAlone,
 		"slow peer":         TestASlowPeerDoesNotDelayTheOthers,
+		"budget":            TestAPeerOverItsBudgetIsCutOff,
 		"hostile broadcast": TestHostileBroadcastFramesAreRefused,
 		"mutual TLS":        TestMutualTLS,
 	} {

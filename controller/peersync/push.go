@@ -162,8 +162,6 @@ func (s *Syncer) tick() {
 	// The deleted indexes may be defined again from the next delta on: every peer
 	// in step has this one's deletion first.
 	p.free = append(p.free, delta.Deletes...)
-	s.askSnapshots(now)
-	s.checkResends(now, outs)
 	if now.Sub(p.lastSweep) > sweepEvery {
 		p.lastSweep = now
 		if n := s.sweep(); n > 0 {
@@ -228,14 +226,9 @@ type outConn struct {
 	inSync atomic.Bool   // its full state is queued: the push loop sends deltas now
 	broken chan struct{} // closed when a write failed or the connection ended
 	once   sync.Once
-	// broadcasts: the peer takes Broadcast and Request frames (its features line
-	// said so); sequenced: and sequenced frames, cursors and resends.
+	// broadcasts: the peer takes Broadcast frames (its features line said so).
 	broadcasts atomic.Bool
-	sequenced  atomic.Bool
 	q          *sendQueue
-	// skipped: broadcast frames were skipped for this peer (its queue was full);
-	// the push loop sends it the cursors that tell it.
-	skipped atomic.Bool
 }
 
 func (c *outConn) fail() { c.once.Do(func() { close(c.broken) }) }
@@ -245,12 +238,6 @@ func (o *outStream) fail(s *Syncer, c *outConn, err error) {
 	o.failed(s, err)
 	o.conn.CompareAndSwap(c, nil)
 	c.fail()
-}
-
-// send queues a small frame (a request, a cursor, a reply) on c, whatever the
-// queue holds.
-func (o *outStream) send(c *outConn, frame []byte) {
-	c.q.put(queued{frame: frame, kind: kindControl}, true)
 }
 
 // errSlowPeer ends a connection whose queue cannot take the interval's push.
@@ -364,10 +351,11 @@ func (o *outStream) hold(ctx context.Context, s *Syncer, conn net.Conn) bool {
 		// more: EOF or an error means it closed.
 		br := bufio.NewReaderSize(conn, 256)
 		if line, err := br.ReadString('\n'); err == nil {
-			if fs, ok := wire.ParseFeaturesLine(line); ok && slices.Contains(fs, wire.FeatureBroadcast) {
-				c.sequenced.Store(slices.Contains(fs, wire.FeatureBroadcastSeq))
+			if fs, ok := wire.ParseFeaturesLine(line); ok && slices.Contains(fs, wire.FeatureExchange) {
 				c.broadcasts.Store(true)
-				s.broadcastConnUp(c)
+				if s.inbound(o.peer.ID()) {
+					s.broadcastConnUp(o.peer.ID()) // connected both ways now
+				}
 			}
 		}
 		_, _ = io.Copy(io.Discard, br)

@@ -33,7 +33,7 @@ const (
 	RejectTooManyEntries   = "too-many-entries"  // a peer defining more entries than its bound
 	RejectTooManyKeys      = "too-many-keys"     // a peer defining more keys than maxKeys, or past the bound of keys in all
 	RejectUnknownBroadcast = "unknown-broadcast" // a frame of a broadcast this replica has not registered (left out)
-	RejectUnsolicited      = "unsolicited"       // a snapshot or resync frame this replica did not ask the peer for (left out)
+	RejectBudget           = "budget"            // a peer over its budget: what it sent and what was sent to it alone (Options.PeerBudget)
 )
 
 // lookAgain is how long a replica that finds a peer silent for the TTL reads once
@@ -43,7 +43,7 @@ const lookAgain = 20 * time.Millisecond
 // rejectReasons are every reason, for the metrics (created at 0).
 var rejectReasons = []string{RejectUnknownSource, RejectIdentity, RejectStaleIncarnation, RejectClockSkew, RejectNotReady,
 	RejectTooManyPending, RejectHandshakeTimeout, RejectPreface, RejectTLS, RejectOversized, RejectValueTooLarge,
-	RejectUndecodable, RejectMalformed, RejectStalled, RejectTooManyEntries, RejectTooManyKeys, RejectUnknownBroadcast, RejectUnsolicited}
+	RejectUndecodable, RejectMalformed, RejectStalled, RejectTooManyEntries, RejectTooManyKeys, RejectUnknownBroadcast, RejectBudget}
 
 // inStream is one peer's connection to this replica, and what it defined.
 type inStream struct {
@@ -55,6 +55,8 @@ type inStream struct {
 	entries []inEntry // by entry index (the pusher reuses freed indexes: dense)
 	live    int       // entries defined
 	decoded []*peerValue
+
+	broadcast wire.Broadcast // the frame being read (reused)
 }
 
 // inKey is a key a peer's connection defined: how the peer encodes it, and this
@@ -101,10 +103,15 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 	admitted()
 	rec := in.rec
 	s.mu.Lock()
+	var oc *outConn
 	if o := rec.out; o != nil {
 		o.up()
+		oc = o.conn.Load()
 	}
 	s.mu.Unlock()
+	if oc != nil && oc.broadcasts.Load() {
+		s.broadcastConnUp(rec.id) // connected both ways now
+	}
 	br := bufio.NewReaderSize(conn, 64<<10)
 	// One message at a time: its buffer and decoded form are reused (what a message
 	// defines is copied out, values into their cells).
@@ -167,18 +174,14 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 		now := s.o.now()
 		s.m.receivedBytes.Add(float64(len(body)))
 		buf = body
+		if !s.charge(rec, len(body)) {
+			return // over its budget: cut off
+		}
 		switch wire.FrameType(body) {
 		case wire.TypeState:
-		case wire.TypeBroadcast, wire.TypeRequest, wire.TypeResend:
+		case wire.TypeBroadcast:
 			rec.lastHeard.Store(now.UnixNano())
-			receive := s.receiveBroadcast
-			switch wire.FrameType(body) {
-			case wire.TypeRequest:
-				receive = func(in *inStream, body []byte) (string, error) { return s.serveSnapshot(ctx, in, body) }
-			case wire.TypeResend:
-				receive = func(in *inStream, body []byte) (string, error) { return s.serveResend(ctx, in, body) }
-			}
-			if reason, err := receive(in, body); err != nil {
+			if reason, err := s.receiveBroadcast(in, body); err != nil {
 				s.reject(reason, "a broadcast frame that cannot be read; closing the peer's connection", "peer", rec.id, "error", err.Error())
 				return
 			}
@@ -235,6 +238,7 @@ func (s *Syncer) rejectRead(err error, ip string) {
 // reject counts a refusal and logs it (at most once a second per reason).
 func (s *Syncer) reject(reason, msg string, kv ...any) {
 	s.m.rejections.WithLabelValues(reason).Inc()
+	s.reasons.Store(reason, true) // a broadcast consumer's own reasons show in the document too
 	if s.m.rateLimit(reason, s.o.now()) {
 		s.log.Info(msg, append([]any{"reason", reason}, kv...)...)
 	}

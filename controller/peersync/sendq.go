@@ -1,6 +1,7 @@
 package peersync
 
 import (
+	"context"
 	"net"
 	"sync"
 	"time"
@@ -8,18 +9,17 @@ import (
 
 // DefaultSendQueueBytes bounds the frames waiting to be written to one peer's
 // connection. A state push that does not fit ends the connection (the peer is too
-// slow; the next one starts from a full state); a broadcast frame that does not
-// fit is skipped for that peer, which asks for it again (see Broadcast).
+// slow; the next one starts from a full state); a published broadcast frame that
+// does not fit is skipped for that peer (see Broadcast); a message to that peer
+// alone waits for room (SendTo).
 const DefaultSendQueueBytes = 4 << 20
 
 // What a queued frame is, for what its writing counts.
 type frameKind uint8
 
 const (
-	kindControl   frameKind = iota // a request, a resend request, a cursor, a reply
-	kindState                      // an interval's push
-	kindBroadcast                  // a broadcast frame, published or resent
-	kindBulk                       // a frame of a snapshot or a resync
+	kindState     frameKind = iota // an interval's push
+	kindBroadcast                  // a broadcast frame, published or sent to the peer alone
 )
 
 type queued struct {
@@ -27,6 +27,8 @@ type queued struct {
 	kind  frameKind
 	built time.Time  // a push: when its interval's message was built
 	b     *Broadcast // a broadcast frame: whose
+	// direct: a message to the peer alone (SendTo), not a published frame.
+	direct bool
 }
 
 // sendQueue holds one connection's frames until its writer goroutine writes them,
@@ -64,13 +66,12 @@ func (q *sendQueue) put(it queued, force bool) bool {
 	return true
 }
 
-// putBulk queues it once the queue holds at most half its bound (a snapshot's
-// frames leave room for the pushes and the broadcasts between them), or reports
-// false when done ends first.
-func (q *sendQueue) putBulk(it queued, done <-chan struct{}) bool {
+// putWhenRoom queues it once the queue has room for it (or is empty), or reports
+// false when ctx or done ends first.
+func (q *sendQueue) putWhenRoom(ctx context.Context, it queued, done <-chan struct{}) bool {
 	for {
 		q.mu.Lock()
-		if q.bytes <= q.max/2 {
+		if len(q.items) == 0 || q.bytes+len(it.frame) <= q.max {
 			q.mu.Unlock()
 			return q.put(it, true)
 		}
@@ -79,6 +80,8 @@ func (q *sendQueue) putBulk(it queued, done <-chan struct{}) bool {
 		select {
 		case <-room:
 		case <-done:
+			return false
+		case <-ctx.Done():
 			return false
 		}
 	}
@@ -150,7 +153,9 @@ func (o *outStream) writeLoop(s *Syncer, c *outConn) {
 				s.m.pushSeconds.Observe(now.Sub(it.built).Seconds())
 				s.m.sentMessages.Inc()
 			case kindBroadcast:
-				it.b.peerCounters(o.peer.ID()).delivered.Inc()
+				if !it.direct {
+					it.b.peerCounters(o.peer.ID()).delivered.Inc()
+				}
 			}
 		}
 		clear(batch)

@@ -96,6 +96,10 @@ type Options struct {
 	// peers only while it is listed: before (not ready yet, with membership ready)
 	// and after (terminating) its peers would refuse it. Nil: always.
 	SelfListed func() (bool, <-chan struct{})
+	// PeerBudget bounds what one peer may cost this replica: every frame it sends,
+	// and every message sent to it alone (defaults: DefaultPeerBudgetBytesPerSecond,
+	// DefaultPeerBudgetBurstBytes).
+	PeerBudget PeerBudget
 	// TLS, if set, is mutual TLS for both directions.
 	TLS *TLSFiles
 	// SourceAddress, if set, picks the local address of the connections to a peer
@@ -173,6 +177,7 @@ type Syncer struct {
 
 	aggregates sync.Map // key -> func([]any) any, for the document
 	broadcasts sync.Map // name -> *Broadcast
+	reasons    sync.Map // rejection reasons counted here, for the document
 }
 
 // keyState is one state key: the local type of its values, its slots by endpoint,
@@ -279,6 +284,10 @@ func New(o Options) (*Syncer, error) {
 		return nil, fmt.Errorf("peersync: limits out of range: maxMessageBytes %d (at least 1024), maxValueBytes %d (16 to maxMessageBytes, at most %d), maxEntries %d, minEntryBound %d, maxKeys %d, maxPending %d, maxPendingPerSource %d (all at least 1), handshakeTimeout %v, maxClockSkew %v",
 			o.MaxMessageBytes, o.MaxValueBytes, MaxValueBytesLimit, o.MaxEntries, o.MinEntryBound, o.MaxKeys, o.MaxPending, o.MaxPendingPerSource, o.HandshakeTimeout, o.MaxClockSkew)
 	}
+	o.PeerBudget.setDefaults()
+	if err := o.PeerBudget.check(o.MaxMessageBytes); err != nil {
+		return nil, fmt.Errorf("peersync: %w", err)
+	}
 	if o.now == nil {
 		o.now = time.Now
 	}
@@ -302,6 +311,9 @@ func New(o Options) (*Syncer, error) {
 		peerCap: 8,
 	}
 	s.pending.init(o.MaxPending, o.MaxPendingPerSource, s.m.pending)
+	for _, r := range rejectReasons {
+		s.reasons.Store(r, true)
+	}
 	s.clock.Store(o.now().UnixNano())
 	s.members.Store(&[]member{})
 	return s, nil

@@ -23,23 +23,16 @@ import (
 //	         values  {index delta, length, bytes}   ascending index
 //	         deletes {index delta}                  ascending index
 //
-//	Broadcast: flags (see BroadcastSnapshot and the others), the broadcast's name,
-//	         with BroadcastSequenced the frame's sequence number (uvarint), then a
-//	         uvarint count and that many messages (uvarint length, bytes; never
-//	         empty)
-//	Request: the name of a broadcast whose snapshot the dialer asks for; the
-//	         listener answers on its own connection to the dialer
-//	Resend:  the name of a broadcast, the incarnation (hello nonce) of the replica
-//	         asked, and ranges of its frames' sequence numbers (uvarint count,
-//	         then from and to, inclusive) that the dialer is missing; the listener
-//	         answers on its own connection to the dialer: the frames again, or a
-//	         resync when they are no longer held
+//	Broadcast: flags (BroadcastDirect), the broadcast's name, then a uvarint count
+//	         and that many messages (uvarint length, bytes; at least
+//	         MinBroadcastMessageBytes each)
 //
 //	listener → dialer, after the hello of a dialer it admitted: the Features line
-//	"epp-peer-sync-features <feature> ...\n" (a dialer sends Broadcast and Request
-//	frames only to a listener whose features name FeatureBroadcast, sequenced
-//	frames and Resend frames only to one that names FeatureBroadcastSeq; one that
-//	never sends the line, as the first version, gets State frames only)
+//	"epp-peer-sync-features <feature> ...\n" (a dialer sends Broadcast frames only
+//	to a listener whose features name FeatureExchange; one that never sends the
+//	line, as the first version, gets State frames only, and so does one of the
+//	version that kept a log of its broadcasts, which names "broadcast" and
+//	"broadcast-seq" instead)
 //
 // Indexes are the pusher's, for the life of its process: a key or an entry (a key
 // and an endpoint) is defined once per connection, in the full State that starts it
@@ -59,22 +52,18 @@ const (
 	frameHello     byte = 1
 	frameState     byte = 2
 	frameBroadcast byte = 3
-	frameRequest   byte = 4
-	frameResend    byte = 5
 
 	flagFull byte = 1
 )
 
 var ErrMalformed = errors.New("malformed frame")
 
-// FeatureBroadcast is the feature of a listener that takes Broadcast and Request
-// frames.
-const FeatureBroadcast = "broadcast"
-
-// FeatureBroadcastSeq is the feature of a listener that takes sequenced Broadcast
-// frames (BroadcastSequenced) and Resend frames: nothing published is lost to a
-// connection gap.
-const FeatureBroadcastSeq = "broadcast-seq"
+// FeatureExchange is the feature of a listener that takes Broadcast frames, those
+// published to every peer and those sent to it alone (BroadcastDirect). The
+// listeners of the version before named "broadcast" and "broadcast-seq", and took
+// frames of another form (numbered, and requests of snapshots and resends): a
+// dialer of this version sends them none, and they send none to a listener of it.
+const FeatureExchange = "broadcast-exchange"
 
 // FeaturesLine is the line a listener writes after the hello of a dialer it
 // admitted, naming what it takes besides State frames.
@@ -104,58 +93,49 @@ func FrameType(body []byte) byte {
 const (
 	TypeState     = frameState
 	TypeBroadcast = frameBroadcast
-	TypeRequest   = frameRequest
-	TypeResend    = frameResend
 )
 
 // Flags of a Broadcast frame.
 const (
-	BroadcastSnapshot    byte = 1 // the messages are part of a snapshot (or, with BroadcastResync, of a resync)
-	BroadcastSnapshotEnd byte = 2 // the snapshot (or resync) is complete after these messages
-	BroadcastNotHere     byte = 4 // no snapshot here: ask another peer (with BroadcastCold: the broadcast is here, not warm yet)
-	// BroadcastSequenced: the frame carries Seq, its sequence number among the
-	// frames its replica published (1, 2, ... for the life of the process).
-	BroadcastSequenced byte = 8
-	// BroadcastResent: a frame published earlier, sent again because the peer
-	// asked for it (Resend); Seq is its own.
-	BroadcastResent byte = 16
-	// BroadcastResync: with BroadcastSnapshot, part of a resync, which a Resend
-	// gets when the frames it asks for are no longer held: what the replica
-	// holds, as a snapshot; the end carries the Seq of the last frame published
-	// before it began, which it covers.
-	BroadcastResync byte = 32
-	// BroadcastCursor: no messages; Seq is the last frame published so far (sent
-	// when a connection starts, and after frames were skipped for a slow peer), so
-	// that a peer can tell what it is missing.
-	BroadcastCursor byte = 64
-	// BroadcastCold: with BroadcastNotHere, the broadcast is here but not warm
-	// yet, so its snapshot would be partial.
-	BroadcastCold byte = 128
+	// BroadcastDirect: the messages are for the listener alone (Broadcast.SendTo):
+	// a request of the dialer's, or its answer to one of the listener's; without
+	// it, they were published to every peer.
+	BroadcastDirect byte = 1
 )
 
-// Broadcast is a decoded Broadcast frame; the messages are subslices of the frame.
+// MinBroadcastMessageBytes is the smallest message a Broadcast frame may carry: a
+// smaller one carries nothing a consumer could use, and a frame of them would cost
+// its reader more than its bytes.
+const MinBroadcastMessageBytes = 4
+
+// Broadcast is a decoded Broadcast frame. Its messages are read in place, one at a
+// time (Next), so that a frame costs its reader no allocation per message.
 type Broadcast struct {
-	Flags    byte
-	Name     string
-	Seq      uint64 // with BroadcastSequenced
-	Messages [][]byte
+	Flags byte
+	Name  string
+	// Count is the frame's number of messages.
+	Count int
+	rest  []byte
+}
+
+// Next returns the next message (a subslice of the frame), and false after the
+// last one. The frame was checked whole when it was parsed.
+func (b *Broadcast) Next() ([]byte, bool) {
+	if len(b.rest) == 0 {
+		return nil, false
+	}
+	n, k := binary.Uvarint(b.rest)
+	m := b.rest[k : k+int(n) : k+int(n)]
+	b.rest = b.rest[k+int(n):]
+	return m, true
 }
 
 // AppendBroadcast encodes a Broadcast frame of the given messages.
 func AppendBroadcast(dst []byte, flags byte, name string, msgs [][]byte) []byte {
-	return AppendBroadcastSeq(dst, flags&^BroadcastSequenced, name, 0, msgs)
-}
-
-// AppendBroadcastSeq encodes a Broadcast frame of the given messages; with
-// BroadcastSequenced in flags, it carries seq.
-func AppendBroadcastSeq(dst []byte, flags byte, name string, seq uint64, msgs [][]byte) []byte {
 	return frame(dst, func(e *encoder) {
 		e.byte(frameBroadcast)
 		e.byte(flags)
 		e.string(name)
-		if flags&BroadcastSequenced != 0 {
-			e.uvarint(seq)
-		}
 		e.uvarint(uint64(len(msgs)))
 		for _, m := range msgs {
 			e.bytes(m)
@@ -163,144 +143,44 @@ func AppendBroadcastSeq(dst []byte, flags byte, name string, seq uint64, msgs []
 	})
 }
 
-// ParseBroadcastInto decodes a Broadcast frame's body into b, reusing its slice.
-// Names are at most lim.MaxNameBytes, messages at most lim.MaxValueBytes and never
-// empty (an empty message carries nothing, and costs the reader as much as any).
+// ParseBroadcastInto decodes a Broadcast frame's body into b, checking every
+// message without copying it: names are 1 to lim.MaxNameBytes, messages
+// MinBroadcastMessageBytes to lim.MaxValueBytes, flags known ones only.
 func ParseBroadcastInto(b *Broadcast, body []byte, lim Limits) error {
 	d := decoder{b: body}
-	*b = Broadcast{Messages: b.Messages[:0]}
+	*b = Broadcast{}
 	if d.byte() != frameBroadcast {
 		return ErrMalformed
 	}
 	b.Flags = d.byte()
+	if b.Flags&^BroadcastDirect != 0 {
+		d.fail()
+	}
 	name := d.bytes()
 	if len(name) > lim.MaxNameBytes || len(name) == 0 {
 		d.fail()
 	}
-	if b.Flags&BroadcastSequenced != 0 {
-		b.Seq = d.uvarint()
-	}
-	// Every message takes at least two bytes (a length and one byte).
 	n := d.uvarint()
-	if n > uint64(len(d.b))/2 {
+	if n > uint64(len(d.b))/(MinBroadcastMessageBytes+1) {
 		d.fail()
 	}
+	rest := d.b
 	for range n {
 		m := d.bytes()
-		if len(m) > lim.MaxValueBytes || len(m) == 0 {
+		if len(m) > lim.MaxValueBytes || len(m) < MinBroadcastMessageBytes {
 			d.fail()
 			break
 		}
-		b.Messages = append(b.Messages, m)
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail()
 	}
 	if d.err != nil {
-		*b = Broadcast{Messages: b.Messages[:0]}
+		*b = Broadcast{}
 		return d.err
 	}
-	b.Name = string(name)
+	b.Name, b.Count, b.rest = string(name), int(n), rest
 	return nil
-}
-
-// SetResent returns a copy of the encoded Broadcast frame f (as AppendBroadcastSeq
-// writes it) marked BroadcastResent.
-func SetResent(f []byte) []byte {
-	out := append([]byte(nil), f...)
-	_, k := binary.Uvarint(out) // the frame's length; the type byte, then the flags
-	if k > 0 && len(out) > k+1 {
-		out[k+1] |= BroadcastResent
-	}
-	return out
-}
-
-// SeqRange is the sequence numbers From to To, both included.
-type SeqRange struct{ From, To uint64 }
-
-// Resend is a decoded Resend frame.
-type Resend struct {
-	Name string
-	// Incarnation is the hello nonce of the replica asked: a replica that
-	// restarted meanwhile numbers its frames anew and ignores the request.
-	Incarnation uint64
-	Ranges      []SeqRange
-}
-
-// MaxResendRanges bounds the ranges of one Resend frame.
-const MaxResendRanges = 64
-
-// AppendResend encodes a Resend frame.
-func AppendResend(dst []byte, r Resend) []byte {
-	return frame(dst, func(e *encoder) {
-		e.byte(frameResend)
-		e.string(r.Name)
-		e.b = binary.LittleEndian.AppendUint64(e.b, r.Incarnation)
-		e.uvarint(uint64(len(r.Ranges)))
-		for _, g := range r.Ranges {
-			e.uvarint(g.From)
-			e.uvarint(g.To)
-		}
-	})
-}
-
-// ParseResend decodes a Resend frame's body: at most MaxResendRanges ranges, each
-// with From ≥ 1 and To ≥ From.
-func ParseResend(body []byte, lim Limits) (Resend, error) {
-	d := decoder{b: body}
-	if d.byte() != frameResend {
-		return Resend{}, ErrMalformed
-	}
-	var r Resend
-	name := d.bytes()
-	if len(name) > lim.MaxNameBytes || len(name) == 0 {
-		d.fail()
-	}
-	r.Incarnation = d.fixed64()
-	n := d.count()
-	if n > MaxResendRanges {
-		d.fail()
-	}
-	for range n {
-		g := SeqRange{From: d.uvarint(), To: d.uvarint()}
-		if g.From == 0 || g.To < g.From {
-			d.fail()
-			break
-		}
-		r.Ranges = append(r.Ranges, g)
-	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail()
-	}
-	if d.err != nil {
-		return Resend{}, d.err
-	}
-	r.Name = string(name)
-	return r, nil
-}
-
-// AppendRequest encodes a Request frame for the snapshot of broadcast name.
-func AppendRequest(dst []byte, name string) []byte {
-	return frame(dst, func(e *encoder) {
-		e.byte(frameRequest)
-		e.string(name)
-	})
-}
-
-// ParseRequest decodes a Request frame's body.
-func ParseRequest(body []byte, lim Limits) (string, error) {
-	d := decoder{b: body}
-	if d.byte() != frameRequest {
-		return "", ErrMalformed
-	}
-	name := d.bytes()
-	if len(name) > lim.MaxNameBytes || len(name) == 0 || len(d.b) != 0 {
-		d.fail()
-	}
-	if d.err != nil {
-		return "", d.err
-	}
-	return string(name), nil
 }
 
 // encoder appends the wire's primitives to a byte slice.
