@@ -6,14 +6,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// SetHoldFor sets how long a placement for an endpoint the pool does not list is
-// held (HoldFor), for the test; the returned func restores it.
-func SetHoldFor(d time.Duration) func() {
-	old := holdFor
-	holdFor = d
-	return func() { holdFor = old }
-}
-
 // PublishRaw publishes msg to p's peers as it is: a hand-built placement, as a
 // hostile or broken peer would send.
 func (p *Plugin) PublishRaw(msg []byte) {
@@ -21,25 +13,14 @@ func (p *Plugin) PublishRaw(msg []byte) {
 	p.published.Add(1)
 }
 
-// Raw placements, for the hostile tests.
-
-// RawPlacement encodes a placement of version 2 that adds hashes to server, with
-// capacity and at as given.
+// RawPlacement encodes a placement that routes hashes (positions 0, 1, ...) to
+// server, with capacity and at as given.
 func RawPlacement(server string, capacity int, at int64, hashes []uint64) []byte {
-	o := op{kind: opAdd}
+	pl := placement{server: server, capacity: capacity, at: at}
 	for _, h := range hashes {
-		o.hashes = append(o.hashes, blockHash(h))
+		pl.hashes = append(pl.hashes, blockHash(h))
 	}
-	return encodePlacement(&placement{server: server, capacity: capacity, at: at, ops: []op{o}})
-}
-
-// RawSnapshotPlacement encodes a placement of version 2 with snapshot blocks.
-func RawSnapshotPlacement(server string, hashes []uint64) []byte {
-	o := op{kind: opOlder}
-	for _, h := range hashes {
-		o.hashes = append(o.hashes, blockHash(h), 0)
-	}
-	return encodePlacement(&placement{server: server, capacity: 1, ops: []op{o}})
+	return encodePlacement(&pl)
 }
 
 // Placements is epp_shared_prefix_placements_total of the plugin instance and
@@ -47,3 +28,6 @@ func RawSnapshotPlacement(server string, hashes []uint64) []byte {
 func Placements(instance, origin string) float64 {
 	return testutil.ToFloat64(placements.WithLabelValues(instance, origin))
 }
+
+// SetClockOffset shifts p's clock (as ClockOffsetEnv does for a process).
+func (p *Plugin) SetClockOffset(d time.Duration) { p.offset = d }

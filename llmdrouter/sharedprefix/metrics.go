@@ -1,13 +1,8 @@
 package sharedprefix
 
 import (
-	"sync"
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
-
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 )
 
 // Label is the label of every metric that names the plugin instance.
@@ -16,11 +11,27 @@ const Label = "plugin"
 var (
 	blocksGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "epp_shared_prefix_index_blocks",
-		Help: "Blocks in the shared prefix-cache index, every server together (bounded by the LRU capacity per server times the servers).",
+		Help: "Blocks in the shared prefix-cache index, every server together (at most epp_shared_prefix_index_capacity_blocks).",
 	}, []string{Label})
+	capacityGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_shared_prefix_index_capacity_blocks",
+		Help: "What the index may hold: every server's capacity (its LRU capacity here) together, the bound of its memory with the pool's servers.",
+	}, []string{Label})
+	indexBytes = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_shared_prefix_index_bytes",
+		Help: "Memory of the index, estimated: about 90 bytes a block and 48 KiB a server (its digests).",
+	}, []string{Label})
+	serverBlocks = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_shared_prefix_server_blocks",
+		Help: "Blocks of one server in the index.",
+	}, []string{Label, "server"})
+	serverDigest = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_shared_prefix_server_digest",
+		Help: "A digest of one server's blocks and their stamps (the low 52 bits of /debug/shared-prefix's digest, exact in a float): replicas that hold the same for the server show the same value, once the traffic is quiet.",
+	}, []string{Label, "server"})
 	placements = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_shared_prefix_placements_total",
-		Help: "Placements merged into the index, by origin: local (this replica's decisions), peer (a peer's), resent (a peer's, missed in a connection gap and sent again), snapshot (a part of a peer's index, at start), resync (a part of a peer's index, in place of placements missed and no longer kept).",
+		Help: "Placements merged into the index, by origin: local (this replica's decisions), peer (a peer's, published live).",
 	}, []string{Label, "origin"})
 	hitRatio = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "epp_shared_prefix_index_hit_ratio",
@@ -29,15 +40,11 @@ var (
 	}, []string{Label})
 	capacityConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_shared_prefix_capacity_conflicts_total",
-		Help: "Peers' placements that gave a server another capacity than this replica's (its configuration or the server's metrics), which stays: a rollout that changes lruCapacityPerServer, or replicas that read the servers' metrics differently.",
-	}, []string{Label})
-	heldGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "epp_shared_prefix_held_blocks",
-		Help: "Blocks of peers' placements held for an endpoint the pool does not list yet (merged when it does, dropped after a while).",
+		Help: "Peers' placements, and exchanges, that gave a server another capacity than this replica's (its configuration or the server's metrics), which stays: a rollout that changes lruCapacityPerServer, or replicas that read the servers' metrics differently. Replicas that size a server differently do not compare it.",
 	}, []string{Label})
 	placementBytes = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "epp_shared_prefix_placement_bytes",
-		Help:    "Bytes of a placement published to the peers: the server, 8 bytes per block hash new to it, and 10 for the touch of the blocks it held already.",
+		Help:    "Bytes of a placement published to the peers: the server, the time, and 8 bytes for each block hash of the request.",
 		Buckets: prometheus.ExponentialBuckets(32, 2, 12),
 	}, []string{Label})
 	propagation = prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -47,82 +54,89 @@ var (
 	}, []string{Label})
 	dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_shared_prefix_dropped_total",
-		Help: "Peers' placements left out, by reason: not-in-pool (an endpoint this replica's pool did not list within the hold time), rate (a peer over its rate of block hashes), held-overflow (more held for endpoints not listed yet than the bound).",
+		Help: "Peers' placements left out, by reason: not-in-pool (an endpoint this replica's pool does not list, or a pool not read yet; anti-entropy brings them once it does).",
 	}, []string{Label, "reason"})
+	exchanges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_shared_prefix_exchanges_total",
+		Help: "Anti-entropy exchanges with a peer, by role (opened: by this replica; answered: by the peer) and outcome: agreed (nothing differed), repaired (blocks went one way or both), not-ready (the peer had not read its pool, or runs without anti-entropy), timeout (a step did not come in time), failed (the connection broke, or the peer sent what it should not).",
+	}, []string{Label, "role", "outcome"})
+	repairBlocks = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "epp_shared_prefix_repair_blocks_total",
+		Help: "Blocks of anti-entropy's repairs, by direction: sent (to a peer, of the ranges that differed), received (from a peer, that changed this replica's index).",
+	}, []string{Label, "direction"})
+	disagreement = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_shared_prefix_disagreement_seconds",
+		Help: "The longest any peer has gone without an exchange with this replica that ended with both holding the same (since it was first seen, if never): about the anti-entropy interval when all is well. Alert when it stays above a few intervals.",
+	}, []string{Label})
+	warmGauge = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "epp_shared_prefix_warm",
+		Help: "1 once an exchange with a peer completed (or there was no peer to compare with), 0 before.",
+	}, []string{Label})
 )
 
 func init() {
-	ctrlmetrics.Registry.MustRegister(blocksGauge, placements, placementBytes, propagation, dropped, hitRatio, capacityConflicts, heldGauge)
+	ctrlmetrics.Registry.MustRegister(blocksGauge, capacityGauge, indexBytes, serverBlocks, serverDigest, placements, placementBytes,
+		propagation, dropped, hitRatio, capacityConflicts, exchanges, repairBlocks, disagreement, warmGauge)
 }
 
 // instanceMetrics are one plugin's metrics.
 type instanceMetrics struct {
-	blocks     prometheus.Gauge
-	placements *prometheus.CounterVec
-	// merged is placements' series of a peer's placement, by how it came (looked
-	// up once: every merge counts).
-	merged         map[peersync.MessageKind]prometheus.Counter
+	name           string
+	blocks         prometheus.Gauge
+	capacity       prometheus.Gauge
+	indexBytes     prometheus.Gauge
+	serverBlocks   *prometheus.GaugeVec
+	serverDigest   *prometheus.GaugeVec
+	placements     *prometheus.CounterVec
 	placementBytes prometheus.Observer
 	propagation    prometheus.Observer
 	dropped        *prometheus.CounterVec
 	hitRatio       prometheus.Observer
 	conflicts      prometheus.Counter
-	held           prometheus.Gauge
+	exchanges      *prometheus.CounterVec
+	repairBlocks   *prometheus.CounterVec
+	disagreement   prometheus.Gauge
+	warm           prometheus.Gauge
 }
 
 func metricsFor(name string) *instanceMetrics {
 	l := prometheus.Labels{Label: name}
 	m := &instanceMetrics{
+		name:           name,
 		blocks:         blocksGauge.With(l),
+		capacity:       capacityGauge.With(l),
+		indexBytes:     indexBytes.With(l),
+		serverBlocks:   serverBlocks.MustCurryWith(l),
+		serverDigest:   serverDigest.MustCurryWith(l),
 		placements:     placements.MustCurryWith(l),
 		placementBytes: placementBytes.With(l),
 		propagation:    propagation.With(l),
 		dropped:        dropped.MustCurryWith(l),
 		hitRatio:       hitRatio.With(l),
 		conflicts:      capacityConflicts.With(l),
-		held:           heldGauge.With(l),
+		exchanges:      exchanges.MustCurryWith(l),
+		repairBlocks:   repairBlocks.MustCurryWith(l),
+		disagreement:   disagreement.With(l),
+		warm:           warmGauge.With(l),
 	}
-	for _, o := range []string{"local", "peer", "resent", "snapshot", "resync"} {
+	for _, o := range []string{"local", "peer"} {
 		m.placements.WithLabelValues(o)
 	}
-	m.merged = map[peersync.MessageKind]prometheus.Counter{
-		peersync.Live: m.placements.WithLabelValues("peer"), peersync.Resent: m.placements.WithLabelValues("resent"),
-		peersync.Snapshot: m.placements.WithLabelValues("snapshot"), peersync.Resync: m.placements.WithLabelValues("resync"),
+	m.dropped.WithLabelValues("not-in-pool")
+	for _, role := range []string{"opened", "answered"} {
+		for _, o := range outcomes {
+			m.exchanges.WithLabelValues(role, o)
+		}
 	}
-	for _, r := range []string{"not-in-pool", "rate", "held-overflow"} {
-		m.dropped.WithLabelValues(r)
+	for _, d := range []string{"sent", "received"} {
+		m.repairBlocks.WithLabelValues(d)
 	}
+	m.warm.Set(0)
 	return m
 }
 
-// Per peer, the blocks its live placements may add or touch: a token bucket.
-const (
-	// peerHashRate is the blocks a second that one peer's placements may add or
-	// touch: 1,000 placements a second of 2,000 blocks each (a 128K-token prompt in
-	// 64-token blocks).
-	peerHashRate = 2_000_000
-	// peerHashBurst is what it may add at once.
-	peerHashBurst = 4 * maxHashesPerMessage
-)
-
-type bucket struct {
-	mu     sync.Mutex
-	tokens float64
-	last   time.Time
-}
-
-// allow takes n of peer's tokens, reporting whether it had them.
-func (p *Plugin) allow(peer string, n int) bool {
-	v, _ := p.limits.LoadOrStore(peer, &bucket{tokens: peerHashBurst, last: time.Now()})
-	b := v.(*bucket)
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := time.Now()
-	b.tokens = min(peerHashBurst, b.tokens+now.Sub(b.last).Seconds()*peerHashRate)
-	b.last = now
-	if b.tokens < float64(n) {
-		return false
-	}
-	b.tokens -= float64(n)
-	return true
+// forgetServer drops the series of a server that left the pool.
+func (m *instanceMetrics) forgetServer(server string) {
+	m.serverBlocks.DeleteLabelValues(server)
+	m.serverDigest.DeleteLabelValues(server)
 }

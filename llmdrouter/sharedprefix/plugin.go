@@ -4,22 +4,21 @@
 // prefix-cache-scorer reads unchanged (prefixMatchInfoProducerName).
 //
 // Each replica keeps the index as llm-d-router's approx-prefix-cache-producer does
-// (the same block hashes, from upstream's prefixhash, and the same LRU per server,
-// parameters and match), and publishes every routing decision (PreRequest) to its
-// peers within a short window: the block hashes new to the chosen server, about 8
-// bytes each, and the blocks it held already as one touch of their chain (its last
-// block and length), so that every replica's LRU keeps what the fleet reuses, as
-// one replica that saw all the traffic would. Peers merge them into their own
-// index, so that the next turn of a conversation, whichever replica it reaches,
-// finds the server that holds its prefix. Nothing is lost to a connection gap (the
-// broadcast resends what a peer missed, or resyncs it), and each replica's
-// /debug/plugins/state shows a digest of its index per server, which replicas
-// compare. A replica that starts asks a warm peer for its whole index before it
-// counts itself warm. A server's capacity is this replica's (its configuration or
-// the server's metrics), never a peer's. Endpoints that leave the pool leave the
-// index; a placement for an endpoint the pool does not list yet is held a while; a
-// departing peer's placements stay, since they describe the servers' caches, not
-// the peer.
+// (the same block hashes, from upstream's prefixhash, the same parameters and
+// match, and per server its most recent blocks up to a capacity), and publishes
+// every routing decision (PreRequest) to its peers within a short window: the
+// request's block hashes, 8 bytes each, and when it was decided. Every block keeps
+// the newest decision time seen for it, and a server keeps its newest blocks, so
+// that merging placements gives the same index in any order, full servers
+// included. What the live placements miss (a connection gap, a backlog, a peer
+// that left and came back, a replica that starts), anti-entropy repairs: about once
+// a second, and when a connection comes up, each pair of replicas compares digests
+// of what they hold, per server and range of hashes, and exchanges the blocks of
+// the ranges that differ. /debug/shared-prefix/<name> shows the digests per server
+// and when each peer last agreed. A server's capacity is this replica's (its
+// configuration or the server's metrics), never a peer's. Endpoints that leave the
+// pool leave the index; a placement for an endpoint the pool does not list is left
+// out (anti-entropy brings it once the pool lists it).
 //
 //	plugins:
 //	  - name: peer-discovery
@@ -41,6 +40,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"slices"
 	"sort"
 	"sync"
@@ -81,22 +81,9 @@ const (
 	// records (P/D disaggregation).
 	prefillProfile = "prefill"
 	// PoolEvery is how often the pool is read again: an endpoint that left it leaves
-	// the index within that.
-	PoolEvery = 2 * time.Second
-	// HoldFor is how long a peer's placement for an endpoint the pool does not list
-	// (yet: a new server, or a pool not read yet) is held, the pool read every
-	// heldPoolEvery meanwhile; then it is dropped (not-in-pool).
-	HoldFor = 10 * time.Second
-	// heldPoolEvery is how often the pool is read while placements are held.
-	heldPoolEvery = 250 * time.Millisecond
-	// maxHeld bounds the placements held (their blocks) and maxHeldServers the
-	// endpoints they name: over either, a placement is dropped (held-overflow).
-	maxHeld        = 1 << 22
-	maxHeldServers = 1024
+	// the index within that, and one that joined takes placements from then on.
+	PoolEvery = 500 * time.Millisecond
 )
-
-// holdFor is HoldFor (tests shorten it).
-var holdFor = HoldFor
 
 var (
 	_ requestcontrol.DataProducer = (*Plugin)(nil)
@@ -134,7 +121,15 @@ type Parameters struct {
 	// windows fall on a grid of the wall clock, the same on every replica (default
 	// 10ms, at most 40ms).
 	Window *params.Duration `json:"window,omitempty"`
-	// Bootstrap asks one peer for its index when the replica starts. Default true.
+	// AntiEntropyInterval is how often this replica compares its index with each
+	// peer's and repairs what differs (default 1s; 0 turns anti-entropy off, on
+	// this replica: a diagnosis, not a setting to run with, since what the live
+	// placements miss is then lost). A replica also compares at once with a peer
+	// whose connection comes up.
+	AntiEntropyInterval *params.Duration `json:"antiEntropyInterval,omitempty"`
+	// Bootstrap is accepted for configurations of the version before, and has no
+	// effect: a replica that starts fills its index by anti-entropy, from every
+	// peer.
 	Bootstrap *bool `json:"bootstrap,omitempty"`
 }
 
@@ -162,30 +157,20 @@ type Plugin struct {
 	idx       *index
 	state     *fwkplugin.PluginState
 	bc        *peersync.Broadcast
+	ae        *antiEntropy
+	ctx       context.Context
 	log       logr.Logger
 	m         *instanceMetrics
+
+	// offset is added to this replica's clock where it stamps a decision and
+	// judges a peer's (ClockOffsetEnv: a fault a test injects).
+	offset time.Duration
 
 	pool atomic.Pointer[map[string]struct{}] // the pool's endpoints; nil: not known
 	caps sync.Map                            // endpoint -> its capacity by its metrics (autoTune)
 
-	heldMu      sync.Mutex
-	heldWake    chan struct{} // a placement was held: read the pool soon
-	held        []heldPlacement
-	heldBlocks  int
-	heldServers map[string]int
-
 	published, publishedBytes, received, dropped, conflicts atomic.Uint64
-	limits                                                  sync.Map       // peer -> *bucket
 	pending                                                 sync.WaitGroup // placements being recorded (tests)
-}
-
-// heldPlacement is a peer's placement for an endpoint the pool does not list yet.
-type heldPlacement struct {
-	server string
-	msg    []byte
-	kind   peersync.MessageKind
-	until  time.Time
-	cost   int
 }
 
 // Factory builds shared-prefix-cache-producer on the peer-syncer peerSyncerRef names.
@@ -210,6 +195,13 @@ func Factory(name string, raw *json.Decoder, handle fwkplugin.Handle) (fwkplugin
 	if window < time.Millisecond || window > 40*time.Millisecond {
 		return nil, fmt.Errorf("%s: invalid window=%v: want 1ms to 40ms (a decision must reach the peers within 50 ms)", Type, window)
 	}
+	aeInterval := DefaultAntiEntropyInterval
+	if p.AntiEntropyInterval != nil {
+		aeInterval = p.AntiEntropyInterval.Duration
+	}
+	if aeInterval != 0 && (aeInterval < 100*time.Millisecond || aeInterval > time.Minute) {
+		return nil, fmt.Errorf("%s: invalid antiEntropyInterval=%v: want 100ms to 1m, or 0 (off)", Type, aeInterval)
+	}
 	if handle == nil {
 		return nil, fmt.Errorf("%s: no plugin handle", Type)
 	}
@@ -229,26 +221,49 @@ func Factory(name string, raw *json.Decoder, handle fwkplugin.Handle) (fwkplugin
 		state:     fwkplugin.NewPluginState(ctx),
 		log:       ctrl.Log.WithName(Type).WithValues("plugin", name),
 		m:         metricsFor(name),
-		heldWake:  make(chan struct{}, 1),
+		ctx:       ctx,
 	}
-	bootstrap := p.Bootstrap == nil || *p.Bootstrap
+	if v := os.Getenv(ClockOffsetEnv); v != "" {
+		if pl.offset, err = time.ParseDuration(v); err != nil {
+			return nil, fmt.Errorf("%s: invalid %s=%q: want a duration such as \"3s\" or \"-3s\": %w", Type, ClockOffsetEnv, v, err)
+		}
+		pl.log.Info("this replica's clock is shifted for the shared index's stamps: a fault injected for a test", "env", ClockOffsetEnv, "offset", pl.offset.String())
+	}
+	pl.ae = newAntiEntropy(pl, aeInterval)
 	pl.bc, err = ps.Syncer().Broadcast(BroadcastName(name), peersync.BroadcastOptions{
-		Window: window, ReceiveMessage: pl.receive, Snapshot: pl.snapshot, Bootstrap: bootstrap,
+		Window: window, ReceiveMessage: pl.receive, Connected: pl.ae.connected,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Type, err)
 	}
+	pl.ae.tr = pl.bc
 	ps.HandleDebug(DebugPath(name), http.HandlerFunc(pl.serveState))
 	go pl.followPool(ctx, handle)
+	if aeInterval > 0 {
+		go pl.ae.run(ctx)
+	} else {
+		pl.log.Info("anti-entropy is off (antiEntropyInterval=0): what the live placements miss is not repaired")
+		pl.ae.markWarm(true)
+	}
 	go func() {
 		select {
-		case <-pl.bc.Warm():
-			pl.log.Info("shared prefix index warm", "after", pl.bc.WarmAfter().Round(time.Millisecond).String(), "blocks", pl.idx.entries())
+		case <-pl.ae.warm:
+			pl.log.Info("shared prefix index warm", "after", time.Duration(pl.ae.warmAfter.Load()).Round(time.Millisecond).String(),
+				"blocks", pl.idx.entries(), "empty", pl.ae.warmEmpty.Load())
 		case <-ctx.Done():
 		}
 	}()
 	return pl, nil
 }
+
+// ClockOffsetEnv, when set (a duration, "3s" or "-3s"), shifts this replica's clock
+// where the index stamps its decisions and judges its peers': clock skew between
+// nodes, injected by the fault tests and the routing bench. It is not a setting to
+// run with.
+const ClockOffsetEnv = "EPP_SHARED_PREFIX_TEST_CLOCK_OFFSET"
+
+// clock is this replica's time, as the index stamps it.
+func (p *Plugin) clock() time.Time { return time.Now().Add(p.offset) }
 
 // BroadcastName is the name of the placements' broadcast of the plugin named name:
 // the same on every replica of one configuration.
@@ -340,7 +355,7 @@ func (p *Plugin) PreRequest(ctx context.Context, request *fwksched.InferenceRequ
 	if err != nil {
 		return nil // no Produce for this request (no tokens): nothing to record
 	}
-	decided := time.Now()
+	decided := p.clock()
 	type target struct {
 		server   string
 		capacity int
@@ -363,44 +378,17 @@ func (p *Plugin) PreRequest(ctx context.Context, request *fwksched.InferenceRequ
 	return nil
 }
 
-// record routes hashes to server in the index and publishes what the peers need to
-// do the same (the new blocks, and a touch of those held already), in messages
-// within the bounds a peer takes (a long run of new blocks is split, its next part's
-// parent the last block of the part before; a touch of more blocks than a message
-// takes touches the latest of them).
+// record routes hashes to server in the index and publishes the placement: every
+// hash, in messages within the bounds a peer takes (a prompt longer than one
+// message goes in several, each with the position of its first block).
 func (p *Plugin) record(server string, capacity int, hashes []blockHash, decided time.Time) {
-	ops := p.idx.route(server, capacity, hashes)
+	at := decided.UnixMicro()
+	p.idx.route(server, capacity, hashes, at)
 	p.m.placements.WithLabelValues("local").Inc()
-	pl := placement{server: server, capacity: capacity, at: decided.UnixMicro()}
-	added, touched := 0, 0
-	flush := func() {
-		if len(pl.ops) > 0 {
-			p.publish(&pl)
-		}
-		pl.ops, added, touched = pl.ops[:0], 0, 0
+	for first := 0; first < len(hashes); first += maxHashesPerMessage {
+		part := hashes[first:min(len(hashes), first+maxHashesPerMessage)]
+		p.publish(&placement{server: server, capacity: capacity, at: at, first: first, hashes: part})
 	}
-	for _, o := range ops {
-		if o.kind == opTouch {
-			o.n = min(o.n, maxTouchPerMessage)
-			if touched+o.n > maxTouchPerMessage {
-				flush()
-			}
-			touched += o.n
-		}
-		for o.kind == opAdd && added+len(o.hashes) > maxHashesPerMessage {
-			if k := maxHashesPerMessage - added; k > 0 {
-				pl.ops = append(pl.ops, op{kind: opAdd, ref: o.ref, hashes: o.hashes[:k]})
-				o.ref, o.hashes = o.hashes[k-1], o.hashes[k:]
-			}
-			flush()
-		}
-		added += len(o.hashes)
-		pl.ops = append(pl.ops, o)
-		if len(pl.ops) == maxOpsPerMessage {
-			flush()
-		}
-	}
-	flush()
 }
 
 // publish sends pl to the peers.
@@ -412,45 +400,38 @@ func (p *Plugin) publish(pl *placement) {
 	p.publishedBytes.Add(uint64(len(msg)))
 }
 
-// receive merges a peer's placement (or a part of its snapshot, or of a resync).
-// A live placement counts against the peer's rate; what a snapshot or a resync
-// alone may carry (older blocks, no time) comes only in one, which this replica
-// asked for. The server's capacity is this replica's: a peer that says otherwise
-// is counted. A placement for an endpoint the pool does not list is held.
+// receive takes a peer's message: a placement it published, or a message of an
+// exchange (anti-entropy). A placement that does not parse, or whose time is
+// further in this replica's future than maxStampAhead, is refused: the peer's
+// connection is closed (peersync counts it). The server's capacity is this
+// replica's: a peer that says otherwise is counted. A placement for an endpoint the
+// pool does not list is left out, counted: anti-entropy brings it once the pool
+// lists the endpoint.
 func (p *Plugin) receive(m peersync.Message) error {
+	if m.Kind == peersync.Direct {
+		return p.ae.receive(m.Peer, m.Data)
+	}
 	var pl placement
 	if err := parsePlacement(&pl, m.Data); err != nil {
 		return err
 	}
-	solicited := m.Kind == peersync.Snapshot || m.Kind == peersync.Resync
-	if pl.snapshotOnly() && !solicited {
-		return fmt.Errorf("%w: older blocks, or no time, outside a snapshot", errMalformedPlacement)
-	}
-	if m.Kind == peersync.Live && !p.allow(m.Peer, pl.cost()) {
-		p.m.dropped.WithLabelValues("rate").Inc()
-		p.dropped.Add(1)
-		return nil
+	if ahead := time.UnixMicro(pl.at).Sub(p.clock()); ahead > maxStampAhead {
+		return fmt.Errorf("%w: decided %v ahead of this replica's clock, more than %v", errMalformedPlacement, ahead.Round(time.Second), maxStampAhead)
 	}
 	if pl.capacity != p.localCapacity(pl.server) {
 		p.conflicts.Add(1)
 		p.m.conflicts.Inc()
 	}
 	if !p.inPool(pl.server) {
-		p.hold(m, pl.server, pl.cost())
+		p.m.dropped.WithLabelValues("not-in-pool").Inc()
+		p.dropped.Add(1)
 		return nil
 	}
-	p.merge(m.Kind, &pl)
-	return nil
-}
-
-// merge applies a peer's placement to the index.
-func (p *Plugin) merge(kind peersync.MessageKind, pl *placement) {
-	p.idx.apply(pl.server, p.localCapacity(pl.server), pl.ops)
-	p.m.merged[kind].Inc()
+	p.idx.apply(pl.server, p.localCapacity(pl.server), pl.at, pl.first, pl.hashes)
+	p.m.placements.WithLabelValues("peer").Inc()
 	p.received.Add(1)
-	if kind == peersync.Live && pl.at > 0 {
-		p.m.propagation.Observe(max(0, time.Since(time.UnixMicro(pl.at)).Seconds()))
-	}
+	p.m.propagation.Observe(max(0, p.clock().Sub(time.UnixMicro(pl.at)).Seconds()))
+	return nil
 }
 
 // inPool reports whether the pool lists server (false while the pool is not read
@@ -464,92 +445,31 @@ func (p *Plugin) inPool(server string) bool {
 	return ok
 }
 
-// hold keeps a peer's placement for an endpoint the pool does not list, within
-// maxHeld blocks and maxHeldServers endpoints, for HoldFor.
-func (p *Plugin) hold(m peersync.Message, server string, cost int) {
-	p.heldMu.Lock()
-	defer p.heldMu.Unlock()
-	if p.heldServers == nil {
-		p.heldServers = map[string]int{}
+// poolKnown reports whether the pool was read (an endpoint listed).
+func (p *Plugin) poolKnown() bool { return p.pool.Load() != nil }
+
+// poolNames are the pool's endpoints, sorted.
+func (p *Plugin) poolNames() []string {
+	pool := p.pool.Load()
+	if pool == nil {
+		return nil
 	}
-	if p.heldBlocks+cost > maxHeld || (p.heldServers[server] == 0 && len(p.heldServers) >= maxHeldServers) {
-		p.m.dropped.WithLabelValues("held-overflow").Inc()
-		p.dropped.Add(1)
-		return
+	out := make([]string, 0, len(*pool))
+	for name := range *pool {
+		out = append(out, name)
 	}
-	p.held = append(p.held, heldPlacement{server: server, msg: append([]byte(nil), m.Data...), kind: m.Kind, until: time.Now().Add(holdFor), cost: cost})
-	p.heldBlocks += cost
-	p.heldServers[server]++
-	p.m.held.Set(float64(p.heldBlocks))
-	select {
-	case p.heldWake <- struct{}{}:
-	default:
-	}
+	slices.Sort(out)
+	return out
 }
 
-// releaseHeld merges the held placements whose endpoint the pool lists now, in
-// the order they came, and drops those held past HoldFor.
-func (p *Plugin) releaseHeld(now time.Time) int {
-	p.heldMu.Lock()
-	defer p.heldMu.Unlock()
-	keep := p.held[:0]
-	var pl placement
-	for _, h := range p.held {
-		switch {
-		case p.inPool(h.server):
-			if parsePlacement(&pl, h.msg) == nil { // it parsed when it came
-				p.merge(h.kind, &pl)
-			}
-		case now.After(h.until):
-			p.m.dropped.WithLabelValues("not-in-pool").Inc()
-			p.dropped.Add(1)
-		default:
-			keep = append(keep, h)
-			continue
-		}
-		p.heldBlocks -= h.cost
-		if p.heldServers[h.server]--; p.heldServers[h.server] <= 0 {
-			delete(p.heldServers, h.server)
-		}
-	}
-	clear(p.held[len(keep):])
-	p.held = keep
-	p.m.held.Set(float64(p.heldBlocks))
-	return len(p.held)
-}
+// maxMessageBytes bounds a message of an exchange (the broadcast's limit).
+func (p *Plugin) maxMessageBytes() int { return peersync.DefaultBroadcastMaxMessageBytes }
 
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
-
-// snapshot gives a peer that starts (or that missed frames no longer kept) this
-// replica's index, server by server, the most recent blocks first, each with its
-// parent: the peer adds them as its least recent, in that order.
-func (p *Plugin) snapshot(emit func([]byte) bool) {
-	p.idx.each(func(server string, capacity int, pairs []blockHash) bool {
-		for len(pairs) > 0 {
-			n := min(len(pairs), maxHashesPerMessage)
-			pl := placement{server: server, capacity: capacity, ops: []op{{kind: opOlder, hashes: pairs[:n]}}}
-			if !emit(encodePlacement(&pl)) {
-				return false
-			}
-			pairs = pairs[n:]
-		}
-		return true
-	})
-}
-
-// followPool reads the pool's endpoints every PoolEvery (every heldPoolEvery while
-// placements are held): an endpoint that left it leaves the index, and held
-// placements for an endpoint it lists now are merged. The pool is not known (every
-// peer's placement is held) until the EPP's datastore lists an endpoint: the EPP
-// builds its plugins before the datastore has read the pool's pods, and a peer's
-// snapshot that arrives meanwhile must not be lost.
+// followPool reads the pool's endpoints every PoolEvery: an endpoint that left it
+// leaves the index (and its series of the per-server metrics go). The pool is not
+// known (peers' placements are left out, and anti-entropy waits) until the EPP's
+// datastore lists an endpoint: the EPP builds its plugins before the datastore has
+// read the pool's pods.
 func (p *Plugin) followPool(ctx context.Context, handle fwkplugin.Handle) {
 	listed := false
 	for {
@@ -564,27 +484,34 @@ func (p *Plugin) followPool(ctx context.Context, handle fwkplugin.Handle) {
 				if _, ok := pool[s]; !ok {
 					p.idx.removeServer(s)
 					p.caps.Delete(s)
+					p.m.forgetServer(s)
 					p.log.V(1).Info("an endpoint left the pool: its blocks left the index", "endpoint", s)
 				}
 			}
 		}
-		every := PoolEvery
-		if p.releaseHeld(time.Now()) > 0 {
-			every = heldPoolEvery
-		}
-		p.m.blocks.Set(float64(p.idx.entries()))
+		p.observe()
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(every):
-		case <-p.heldWake:
-			select { // what comes with it, held too
-			case <-ctx.Done():
-				return
-			case <-time.After(heldPoolEvery):
-			}
+		case <-time.After(PoolEvery):
 		}
 	}
+}
+
+// observe sets the gauges of the index: its blocks and what they may take, and
+// each server's blocks and digest.
+func (p *Plugin) observe() {
+	states := p.idx.serverStates()
+	blocks, capacity := 0, 0
+	for name, st := range states {
+		blocks += st.blocks
+		capacity += st.capacity
+		p.m.serverBlocks.WithLabelValues(name).Set(float64(st.blocks))
+		p.m.serverDigest.WithLabelValues(name).Set(float64(st.digest & (1<<52 - 1)))
+	}
+	p.m.blocks.Set(float64(blocks))
+	p.m.capacity.Set(float64(capacity))
+	p.m.indexBytes.Set(float64(blocks*bytesPerBlock + len(states)*bytesPerServer))
 }
 
 // blockSize is the index's block size: the servers' with autoTune, else the
@@ -652,34 +579,37 @@ func (p *Plugin) localCapacity(server string) int {
 
 // Index is what the plugin holds, for the document and the tests.
 type Index struct {
-	// Warm: a peer's index arrived whole (or there was no warm peer to ask).
+	// Warm: an exchange with a peer completed (its index and this one's agreed,
+	// or were repaired), or there was no peer to compare with.
 	Warm bool `json:"warm"`
-	// WarmAfterSeconds is how long after the start it got warm.
+	// WarmAfterSeconds is how long after the start it got warm; WarmEmpty: with no
+	// peer.
 	WarmAfterSeconds float64 `json:"warmAfterSeconds,omitempty"`
+	WarmEmpty        bool    `json:"warmEmpty,omitempty"`
 	// Blocks held, every server together; per server (at most 100, most first).
 	Blocks  int           `json:"blocks"`
 	Servers []ServerCount `json:"servers"`
-	// Digest is a digest of every server's blocks (whatever their order): replicas
-	// whose indexes hold the same blocks for the same servers show the same one.
+	// Digest is a digest of every server's blocks and their stamps (whatever their
+	// order): replicas whose indexes hold the same show the same one.
 	Digest string `json:"digest"`
 	// Placements published to the peers (and their bytes), and merged from them.
 	Published      uint64 `json:"published"`
 	PublishedBytes uint64 `json:"publishedBytes"`
 	Received       uint64 `json:"received"`
-	// Dropped: peers' placements left out (an endpoint not in the pool after
-	// HoldFor, a peer over its rate, more held than the bound).
+	// Dropped: peers' placements left out (an endpoint the pool does not list).
 	Dropped uint64 `json:"dropped"`
-	// Held: blocks of peers' placements held for an endpoint the pool does not
-	// list yet (HeldPlacements: those placements).
-	Held           int `json:"held"`
-	HeldPlacements int `json:"heldPlacements"`
-	// CapacityConflicts: peers' placements that gave a server another capacity
-	// than this replica's (which stays).
+	// CapacityConflicts: peers' placements (and exchanges) that gave a server
+	// another capacity than this replica's (which stays).
 	CapacityConflicts uint64 `json:"capacityConflicts"`
+	// AntiEntropyInterval is how often this replica compares with each peer ("0s":
+	// off).
+	AntiEntropyInterval string `json:"antiEntropyInterval"`
+	// Peers are anti-entropy's peers: when each last agreed with this replica.
+	Peers []PeerAgreement `json:"peers"`
 }
 
 // ServerCount is one server's blocks in the index, its capacity here, and a digest
-// of its blocks.
+// of its blocks and their stamps.
 type ServerCount struct {
 	Server   string `json:"server"`
 	Blocks   int    `json:"blocks"`
@@ -689,13 +619,12 @@ type ServerCount struct {
 
 // State is what the plugin holds now.
 func (p *Plugin) State() Index {
-	p.heldMu.Lock()
-	held, heldPlacements := p.heldBlocks, len(p.held)
-	p.heldMu.Unlock()
 	states := p.idx.serverStates()
-	out := Index{Warm: isClosed(p.bc.Warm()), WarmAfterSeconds: p.bc.WarmAfter().Seconds(), Blocks: p.idx.entries(), Digest: fmt.Sprintf("%016x", digestOf(states)),
+	warm := isClosed(p.ae.warm)
+	out := Index{Warm: warm, WarmAfterSeconds: time.Duration(p.ae.warmAfter.Load()).Seconds(), WarmEmpty: warm && p.ae.warmEmpty.Load(),
+		Blocks: p.idx.entries(), Digest: fmt.Sprintf("%016x", digestOf(states)),
 		Published: p.published.Load(), PublishedBytes: p.publishedBytes.Load(), Received: p.received.Load(), Dropped: p.dropped.Load(),
-		Held: held, HeldPlacements: heldPlacements, CapacityConflicts: p.conflicts.Load(), Servers: []ServerCount{}}
+		CapacityConflicts: p.conflicts.Load(), AntiEntropyInterval: p.ae.interval.String(), Servers: []ServerCount{}, Peers: p.ae.agreements(time.Now())}
 	for s, st := range states {
 		out.Servers = append(out.Servers, ServerCount{Server: s, Blocks: st.blocks, Capacity: st.capacity, Digest: fmt.Sprintf("%016x", st.digest)})
 	}
@@ -709,6 +638,15 @@ func (p *Plugin) State() Index {
 		out.Servers = out.Servers[:100]
 	}
 	return out
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // DumpState implements fwkplugin.StateDumper (/debug/plugins/state, and DebugPath):

@@ -194,8 +194,13 @@ func (r *replica) matched(tokens []uint32) (map[string]int, map[string]float64) 
 // how long it took.
 func waitMatched(t *testing.T, r *replica, tokens []uint32, server, want int) time.Duration {
 	t.Helper()
+	return waitMatchedWithin(t, r, tokens, server, want, 5*time.Second)
+}
+
+func waitMatchedWithin(t *testing.T, r *replica, tokens []uint32, server, want int, within time.Duration) time.Duration {
+	t.Helper()
 	name := fmt.Sprintf("vllm-%d-rank-0", server)
-	return wait.ForEvery(t, 5*time.Second, time.Millisecond, func() string {
+	return wait.ForEvery(t, within, time.Millisecond, func() string {
 		if got, _ := r.matched(tokens); got[name] != want {
 			return fmt.Sprintf("%s: %s matches %d blocks, want %d (all: %v)", r.Name, name, got[name], want, got)
 		}
@@ -206,8 +211,8 @@ func waitMatched(t *testing.T, r *replica, tokens []uint32, server, want int) ti
 // TestADecisionReachesEveryPeersIndex: a request routed through replica A to a
 // server is, within the window and a write, in B's and C's index: the next turn of
 // the conversation, sent to B or C, matches that server's blocks, and upstream's
-// prefix-cache-scorer, reading this producer unchanged, scores it highest. The
-// follow-up sends only its new blocks (8 bytes each, and the server's name).
+// prefix-cache-scorer, reading this producer unchanged, scores it highest. A
+// placement costs 8 bytes a block of the request, and its header.
 func TestADecisionReachesEveryPeersIndex(t *testing.T) {
 	p := newPool(4)
 	_, rs := startFleet(t, 3, p)
@@ -237,8 +242,8 @@ func TestADecisionReachesEveryPeersIndex(t *testing.T) {
 		t.Errorf("p99 %v from a decision to a peer's index, want about the window (the bench measures it against 50 ms)", p99)
 	}
 
-	// Bytes: the follow-up placement carries its 2 new blocks and one touch of the
-	// 10 held; a repeat, one touch (recency is shared).
+	// Bytes: every placement names every block of its request (a peer that lacks
+	// some gets them), 8 bytes each.
 	before := rs[2].sp.State()
 	turn1 := prompt(999, 10)
 	rs[2].route(t, turn1, 1)
@@ -250,18 +255,20 @@ func TestADecisionReachesEveryPeersIndex(t *testing.T) {
 	}
 	bytes := after.PublishedBytes - before.PublishedBytes
 	t.Logf("a turn of 10 new blocks, its follow-up of 2 and a repeat: %d bytes in all", bytes)
-	const add, touch = 1 + 8 + 1, 1 + 8 + 1 // an op's kind, parent or last block, count
-	header := 1 + 1 + len("llm/vllm-1-rank-0") + 3 + 8 + 1
-	if want := uint64(3*header + add + 10*8 + touch + add + 2*8 + touch); bytes != want {
-		t.Errorf("the three placements took %d bytes, want 8 a new block and 10 a touch, plus the server, its capacity and the time (%d)", bytes, want)
+	// The version, the server, its capacity (3 bytes), the time (8), the first
+	// position and the count (1 each).
+	header := 1 + 1 + len("llm/vllm-1-rank-0") + 3 + 8 + 1 + 1
+	if want := uint64(3*header + (10+12+10)*8); bytes != want {
+		t.Errorf("the three placements took %d bytes, want 8 a block, plus the server, its capacity and the time (%d)", bytes, want)
 	}
 }
 
 // TestBootstrapAtDefaultCapacityAndRestart: a replica that starts after its peers
-// have an index of the default capacity (31,250 blocks on each of 8 servers) pulls
-// it from one peer within 2 s and routes the next turns of conversations it never
-// saw to their servers; restarted, it does it again; a peer that leaves takes
-// nothing along (its placements describe the servers' caches).
+// have an index of the default capacity (31,250 blocks on each of 8 servers) fills
+// its own by anti-entropy, from its peers, within 2 s, and routes the next turns
+// of conversations it never saw to their servers; restarted, it does it again; a
+// peer that leaves takes nothing along (its placements describe the servers'
+// caches).
 func TestBootstrapAtDefaultCapacityAndRestart(t *testing.T) {
 	p := newPool(8)
 	f := pluginfleet.New(t, 3)
@@ -299,11 +306,11 @@ func TestBootstrapAtDefaultCapacityAndRestart(t *testing.T) {
 		t.Errorf("warm %.2fs after the start, want about 2 s at the default capacity (10 s at most on a loaded machine)", c.sp.State().WarmAfterSeconds)
 	}
 	if got := c.sp.State().Blocks; got != want {
-		t.Errorf("the new replica holds %d blocks, want its peers' %d", got, want)
+		t.Errorf("the new replica holds %d blocks, want its peers' %d: %+v", got, want, c.sp.State())
 	}
 	waitMatched(t, c, probe, 7, perRoute)
 
-	// Restarted: warm again, from a peer.
+	// Restarted: warm again, from its peers.
 	f.Stop(2)
 	time.Sleep(100 * time.Millisecond)
 	c = start(t, f, 2, p)
@@ -317,12 +324,12 @@ func TestBootstrapAtDefaultCapacityAndRestart(t *testing.T) {
 	waitMatched(t, c, probe, 7, perRoute)
 }
 
-// TestASnapshotThatArrivesBeforeThePodsAreListedStays: the EPP builds its plugins
-// before its datastore has listed the pool's pods, so a replica that starts reads
-// an empty pool first (an empty list, not "unknown"). The snapshot of its peer's
-// index that it pulls meanwhile stays in its index once the pods are listed: a
-// rolling restart does not cold-start prefix routing.
-func TestASnapshotThatArrivesBeforeThePodsAreListedStays(t *testing.T) {
+// TestAReplicaWhosePoolIsNotListedYetFillsItsIndexOnceItIs: the EPP builds its
+// plugins before its datastore has listed the pool's pods, so a replica that
+// starts reads an empty pool first (an empty list, not "unknown"). Its peers'
+// placements meanwhile are left out; once the pods are listed, anti-entropy brings
+// its peers' index: a rolling restart does not cold-start prefix routing.
+func TestAReplicaWhosePoolIsNotListedYetFillsItsIndexOnceItIs(t *testing.T) {
 	full := newPool(4)
 	f := pluginfleet.New(t, 3)
 	f.PodList = full.list
@@ -337,13 +344,12 @@ func TestASnapshotThatArrivesBeforeThePodsAreListedStays(t *testing.T) {
 	unlisted := &pool{names: []types.NamespacedName{}} // the datastore before its first list
 	f.PodList = unlisted.list
 	b := start(t, f, 2, unlisted)
+	pluginfleet.WaitConnected(t, connectedWithin, a.Replica, b1.Replica, b.Replica)
+	a.route(t, prompt(8, 3), 1) // left out by b, whose pool is not read
+	unlisted.set(4)             // the datastore lists the pods
 	waitWarm(t, b)
-	unlisted.set(4) // the datastore lists the pods
-	time.Sleep(sharedprefix.PoolEvery + 200*time.Millisecond)
-	if st := b.sp.State(); st.Blocks != 6 || st.Dropped != 0 {
-		t.Errorf("after its pool was read again, the new replica holds %d blocks and dropped %d placements; want its peer's 6 blocks, none dropped", st.Blocks, st.Dropped)
-	}
 	waitMatched(t, b, conv, 2, 6)
+	waitMatched(t, b, prompt(8, 3), 1, 3)
 }
 
 func waitBlocks(t *testing.T, r *replica, want int) {
@@ -358,9 +364,10 @@ func waitBlocks(t *testing.T, r *replica, want int) {
 
 // TestThePoolBoundsTheIndex: an endpoint that leaves the pool leaves every
 // replica's index; a placement for an endpoint a replica's pool does not list is
-// held aside, out of the index, and dropped after the hold time.
+// left out of its index, counted, and comes with anti-entropy once the pool lists
+// it (a new server's first requests, which the replicas' pools list at different
+// times).
 func TestThePoolBoundsTheIndex(t *testing.T) {
-	defer sharedprefix.SetHoldFor(time.Second)()
 	full, partial := newPool(4), newPool(4)
 	partial.remove(3)
 	f := pluginfleet.New(t, 2)
@@ -378,15 +385,11 @@ func TestThePoolBoundsTheIndex(t *testing.T) {
 	if got, _ := b.matched(conv); got["vllm-3-rank-0"] != 0 {
 		t.Errorf("B holds a placement for an endpoint its pool does not have: %v", got)
 	}
-	if st := b.sp.State(); st.Held != 5 {
-		t.Errorf("B holds %d blocks aside, want the 5 for the endpoint its pool does not list", st.Held)
+	if st := b.sp.State(); st.Dropped != 1 {
+		t.Errorf("B dropped %d placements, want the one for the endpoint its pool does not list", st.Dropped)
 	}
-	wait.For(t, 5*time.Second, func() string {
-		if st := b.sp.State(); st.Dropped != 1 || st.Held != 0 {
-			return fmt.Sprintf("B: %d dropped, %d blocks held; want the placement dropped after the hold time", st.Dropped, st.Held)
-		}
-		return ""
-	})
+	partial.set(4) // B's pool lists the new server: anti-entropy brings its blocks
+	waitMatchedWithin(t, b, conv, 3, 5, 5*time.Second)
 	// vllm-2 leaves the pool: it leaves A's index and B's.
 	full.remove(2)
 	partial.remove(2)
@@ -421,6 +424,8 @@ func TestParametersAreChecked(t *testing.T) {
 		{`{"peerSyncerRef": "peer-syncer", "autoTune": false, "blockSizeTokens": 0}`, "invalid blockSizeTokens=0"},
 		{`{"peerSyncerRef": "peer-syncer", "lruCapacityPerServer": -1}`, "must not be negative"},
 		{`{"peerSyncerRef": "peer-syncer", "bogus": 1}`, "unknown field"},
+		{`{"peerSyncerRef": "peer-syncer", "antiEntropyInterval": "10ms"}`, "invalid antiEntropyInterval=10ms: want 100ms to 1m, or 0 (off)"},
+		{`{"peerSyncerRef": "peer-syncer", "antiEntropyInterval": "2m"}`, "invalid antiEntropyInterval=2m0s"},
 	} {
 		_, err := sharedprefix.Factory("sp", pluginfleet.Params(c.params), r.Handle)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
