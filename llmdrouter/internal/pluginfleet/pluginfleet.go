@@ -49,6 +49,8 @@ func SetEnv(t *testing.T, kv ...string) {
 // Fleet is n replicas' addresses and the DNS records that list them.
 type Fleet struct {
 	t        *testing.T
+	srv      *dnsserver.Server
+	unlisted map[int]bool
 	replicas []*Replica
 	// PodList, if set, is every replica's handle's pod list (the pool's endpoints).
 	PodList func() []types.NamespacedName
@@ -73,21 +75,37 @@ func New(t *testing.T, n int) *Fleet {
 		t.Fatal(err)
 	}
 	t.Cleanup(srv.Close)
-	f := &Fleet{t: t}
-	var recs []dnsserver.SRV
+	f := &Fleet{t: t, srv: srv, unlisted: map[int]bool{}}
 	for i := range n {
 		r := &Replica{Name: fmt.Sprintf("epp-%d", i), IP: fmt.Sprintf("127.0.0.%d", i+2)}
 		r.Port = testenv.FreePort(r.IP)
-		host := r.Name + ".epp-peers.ns.svc.cluster.local"
-		srv.SetAddrs(host, r.IP)
-		recs = append(recs, dnsserver.SRV{Target: host, Port: uint16(r.Port)})
+		srv.SetAddrs(r.Name+".epp-peers.ns.svc.cluster.local", r.IP)
 		f.replicas = append(f.replicas, r)
 	}
-	srv.SetSRV(DNSName, recs...)
+	f.publish()
 	for _, r := range f.replicas {
 		r.dns = srv.Addr()
 	}
 	return f
+}
+
+// publish serves the SRV records of the replicas listed.
+func (f *Fleet) publish() {
+	var recs []dnsserver.SRV
+	for i, r := range f.replicas {
+		if !f.unlisted[i] {
+			recs = append(recs, dnsserver.SRV{Target: r.Name + ".epp-peers.ns.svc.cluster.local", Port: uint16(r.Port)})
+		}
+	}
+	f.srv.SetSRV(DNSName, recs...)
+}
+
+// List lists replica i in the DNS records, or takes it out (as a replica that is
+// not ready, or frozen past the readiness probe, leaves the EndpointSlice): every
+// replica's discovery sees it within its interval (1s).
+func (f *Fleet) List(i int, listed bool) {
+	f.unlisted[i] = !listed
+	f.publish()
 }
 
 // Start builds and starts replica i: the DNS peer discovery, upstream's in-flight
