@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/kindnode"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/wait"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/internal/extproc"
@@ -77,29 +76,24 @@ func route(t *testing.T, clients map[string]*extproc.Client, pod string, body []
 	return r.Endpoint
 }
 
-// warm waits until the replica's shared index is warm (its peers' index arrived, or
-// it had none to ask) as its /debug/peer-sync says.
+// warm waits until the replica's shared index is warm (an anti-entropy exchange
+// with a peer completed, or it had none) as its /debug/shared-prefix says.
 func warm(t *testing.T, addr string, within time.Duration) float64 {
 	t.Helper()
 	var after float64
 	wait.ForEvery(t, within, 100*time.Millisecond, func() string {
-		resp, err := client.Get("http://" + addr + "/debug/peer-sync?key=-")
+		resp, err := client.Get("http://" + addr + sharedprefix.DebugPath("shared-prefix"))
 		if err != nil {
 			return fmt.Sprintf("the shared index at %s not warm (%v)", addr, err)
 		}
-		var doc peersync.Document
-		err = json.NewDecoder(resp.Body).Decode(&doc)
+		var st sharedprefix.Index
+		err = json.NewDecoder(resp.Body).Decode(&st)
 		resp.Body.Close()
-		if err != nil {
+		if err != nil || !st.Warm {
 			return fmt.Sprintf("the shared index at %s not warm (%v)", addr, err)
 		}
-		for _, b := range doc.Broadcasts {
-			if strings.HasPrefix(b.Name, "prefix/") && b.Warm {
-				after = b.WarmAfterSeconds
-				return ""
-			}
-		}
-		return fmt.Sprintf("the shared index at %s not warm", addr)
+		after = st.WarmAfterSeconds
+		return ""
 	})
 	return after
 }
@@ -108,8 +102,8 @@ func warm(t *testing.T, addr string, within time.Duration) float64 {
 // sharedPrefixIndex switch. The turns of a conversation, each sent through another
 // replica, land on the server of its first turn; with one replica's pushes dropped
 // by iptables its decisions stop reaching the others, and do again once the rule is
-// gone; a replica deleted comes back (a new pod), pulls its peers' index and routes
-// the next turns of conversations it never saw to their servers.
+// gone; a replica deleted comes back (a new pod), fills its index from its peers and
+// routes the next turns of conversations it never saw to their servers.
 func TestSharedPrefixIndexOnKind(t *testing.T) {
 	c := newCluster(t, "e2e-shared-prefix")
 	ids := modelServers(t, c, env(t, "IMAGE"))
@@ -164,8 +158,8 @@ func TestSharedPrefixIndexOnKind(t *testing.T) {
 
 	// A's pushes dropped in its node for longer than the TTL, while every replica
 	// routes: B's and C's decisions still reach each other; once the rule is gone,
-	// what A decided meanwhile reaches them (resent, or a resync), and the three
-	// indexes hold the same blocks again.
+	// what A decided meanwhile reaches them (anti-entropy), and the three indexes hold
+	// the same blocks again.
 	a, b, cc := pods[0], names[1], names[2]
 	agree(t, "before the pushes are dropped", 60*time.Second, debug)
 	restore := kindnode.InsertRule(t, a.Spec.NodeName, "FORWARD", "-s", a.Status.PodIP+"/32", "-p", "tcp", "--dport", "9005", "-j", "DROP")
@@ -187,8 +181,8 @@ func TestSharedPrefixIndexOnKind(t *testing.T) {
 	follow("A's pushes flow again", 101, b)
 	follow("A's pushes flow again", 101, cc)
 
-	// C deleted: its new pod pulls the index and routes the turns of conversations it
-	// never saw.
+	// C deleted: its new pod fills its index from its peers and routes the turns of
+	// conversations it never saw.
 	if err := c.cs.CoreV1().Pods(c.ns).Delete(context.Background(), cc, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
