@@ -75,6 +75,37 @@ func (g *Gateway) Drain(name string, timeout time.Duration) error {
 	return nil
 }
 
+// pickOther is as pick among the replicas listed now but the one named not.
+func (g *Gateway) pickOther(choice uint64, not string) (Replica, func(), error) {
+	g.mu.Lock()
+	others := slices.DeleteFunc(slices.Clone(g.replicas), func(r Replica) bool { return r.Name == not })
+	g.mu.Unlock()
+	if len(others) == 0 {
+		return Replica{}, nil, errors.New("the gateway lists no other EPP replica")
+	}
+	return g.pickName(others[choice%uint64(len(others))].Name)
+}
+
+// pickName counts the replica named name in flight, if it is still listed.
+func (g *Gateway) pickName(name string) (Replica, func(), error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	i := slices.IndexFunc(g.replicas, func(r Replica) bool { return r.Name == name })
+	if i < 0 {
+		return Replica{}, nil, fmt.Errorf("the replica %s is no longer listed", name)
+	}
+	r := g.replicas[i]
+	g.inFlight[r.Name]++
+	return r, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.inFlight[r.Name]--; g.inFlight[r.Name] == 0 {
+			delete(g.inFlight, r.Name)
+			g.idle.Broadcast()
+		}
+	}, nil
+}
+
 // pick is the replica choice picks among those listed now (choice modulo their
 // number), counted in flight until release is called.
 func (g *Gateway) pick(choice uint64) (Replica, func(), error) {

@@ -45,6 +45,11 @@ type Options struct {
 	RunID string
 	// Timeout bounds each request (routing, the server, the response), in wall time.
 	Timeout time.Duration
+	// Retry: a request whose EPP replica failed before it picked an endpoint (the
+	// call broke: a replica killed, say) is sent once more, through another
+	// replica the gateway lists, as a gateway that retries on the EPP's other
+	// endpoints does (Record.Retried).
+	Retry bool
 }
 
 // Record is one request's outcome.
@@ -69,6 +74,9 @@ type Record struct {
 	// Route is the wall time the EPP took to pick (headers and body sent, until
 	// its answers).
 	Route time.Duration
+	// Retried: its first EPP replica failed before it picked, and another one
+	// routed it (Options.Retry).
+	Retried bool
 	// AnswerOK says the answer was the simulator's for this prompt.
 	AnswerOK bool
 	Err      string
@@ -177,6 +185,14 @@ func (o Options) send(ctx context.Context, client *http.Client, c workload.Conve
 	rec.Replica = replica.Name
 	start := time.Now()
 	r, err := replica.Client.Route(ctx, extproc.Call{Path: c.Path(), Body: body, ID: fmt.Sprintf("%s-%d-%d", o.RunID, c.ID, rec.Turn)})
+	if err != nil && o.Retry && ctx.Err() == nil {
+		other, releaseOther, perr := o.Gateway.pickOther(o.choice(c.ID, rec.Turn), replica.Name)
+		if perr == nil {
+			defer releaseOther()
+			rec.Retried, rec.Replica = true, other.Name
+			r, err = other.Client.Route(ctx, extproc.Call{Path: c.Path(), Body: body, ID: fmt.Sprintf("%s-%d-%d-retry", o.RunID, c.ID, rec.Turn)})
+		}
+	}
 	if err != nil {
 		return "", fmt.Errorf("routing: %w", err)
 	}
