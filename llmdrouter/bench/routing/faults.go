@@ -15,7 +15,6 @@ import (
 
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/slicegen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/loadgen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
@@ -23,36 +22,56 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/sharedprefix"
 )
 
-// The fault runs: the multi-turn workload that fits, with one replica (the
-// second) faulted under traffic (simulated times, from the run's start; the
-// faults themselves last wall time, as a real freeze does).
+// The fault runs: the multi-turn workload that exceeds the caches (every server's
+// LRU and every index full), at faultRate times its rate, with one replica (the
+// second) faulted under traffic (simulated times, from the run's start; the faults
+// themselves last wall time, as a real freeze does).
 const (
-	// faultArrivals: sessions arrive over this long: short enough that no
-	// server's LRU fills, so that the replicas' indexes can be compared whole.
-	faultArrivals = 40 * time.Second
+	// faultRate multiplies the workload's arrival rate: about 100 requests a
+	// second of wall time at the default speed-up (4), so that a freeze of 15 s
+	// leaves about 1,500 placements behind.
+	faultRate = 2
+	// faultArrivals: sessions arrive over this long (simulated): the fault, the
+	// longest one (a freeze of 15 s of wall time, 60 s simulated) and the window
+	// after it.
+	faultArrivals = 110 * time.Second
 	// faultAt: the fault starts then.
 	faultAt = 12 * time.Second
 	// faultWindow: the hit rate is taken over this long after the fault ends,
 	// against the same window of the same seed with no fault.
 	faultWindow = 30 * time.Second
-	// frozenFor: a freeze (SIGSTOP) lasts this long, wall time: past the TTL.
-	frozenFor = 2 * time.Second
-	// caughtUpWithin bounds the wait for every replica to have every frame its
-	// peers published before the fault ended.
-	caughtUpWithin = 30 * time.Second
+	// agreeWithin bounds the wait (wall) for every pair of replicas to agree
+	// after the fault healed.
+	agreeWithin = 30 * time.Second
+	// flapFor: a flap takes the replica out of the peer set (and the gateway's
+	// list) for this long, wall time.
+	flapFor = 5 * time.Second
+	// skewBy: the skewed replica's clock runs this far ahead.
+	skewBy = 3 * time.Second
 )
 
 // The faults.
 const (
-	faultFreeze = "freeze" // SIGSTOP for frozenFor, then SIGCONT
-	faultReset  = "reset"  // its peer-sync connections reset by the kernel (ss -K)
-	faultKill   = "kill"   // SIGKILL, then started again (a container restart: the same pod, a new process)
+	faultFreeze     = "freeze"     // SIGSTOP for 2 s, then SIGCONT
+	faultFreezeLong = "freeze-15s" // SIGSTOP for 15 s, then SIGCONT
+	faultReset      = "reset"      // its peer-sync connections reset by the kernel (ss -K)
+	faultKill       = "kill"       // SIGKILL, then started again; the gateway retries on another replica
+	faultFlap       = "flap"       // not ready for flapFor (out of the peer set and of the gateway), then ready
+	faultSkew       = "clock-skew" // the replica's clock runs skewBy ahead, the whole run
 )
 
-var faultKinds = []string{faultFreeze, faultReset, faultKill}
+var faultKinds = []string{faultFreeze, faultFreezeLong, faultReset, faultKill, faultFlap, faultSkew}
+
+// frozenFor is how long a freeze lasts (wall).
+func frozenFor(kind string) time.Duration {
+	if kind == faultFreezeLong {
+		return 15 * time.Second
+	}
+	return 2 * time.Second
+}
 
 // faultResult is a run through a fault, or its baseline (the same seed, other
-// text, no fault, the window at the fault run's times).
+// text, no fault, the windows at the fault run's times).
 type faultResult struct {
 	config, title string
 	replicas      int
@@ -62,20 +81,21 @@ type faultResult struct {
 	run           result
 	// window: the requests sent within faultWindow after the fault ended.
 	window phase
-	// caughtUp: from the fault's end until every replica had every frame its
-	// peers published before it ended, and missed none (wall; -1: not within
-	// caughtUpWithin).
-	caughtUp time.Duration
-	// At the end, the traffic over: whether the indexes hold the same blocks
-	// (digests), the blocks one holds that another does not (lost, per server:
-	// the most any replica holds less than the one that holds most), whether a
-	// server's LRU was full (then the indexes may differ by their order).
-	agree bool
-	lost  int
-	full  bool
-	// resent, resyncs: frames resent and resyncs served, every replica.
-	resent, resyncs float64
-	failure         string
+	// agreed: from the fault's end until every pair of replicas had completed an
+	// anti-entropy exchange that ended with both holding the same (their
+	// per-server digests equal, but for the leaves changed within the last
+	// 100 ms on either side: what is on its way); -1: not within agreeWithin.
+	agreed time.Duration
+	// At the end, the traffic over: the servers whose digests differ between two
+	// replicas (0: every replica holds the same blocks with the same stamps).
+	differing int
+	// repaired: blocks anti-entropy brought into the replicas' indexes.
+	repaired float64
+	// lost: requests that failed, by phase (before the fault, during it, after);
+	// retried: requests a second replica routed after the first one failed.
+	lost    [3]int
+	retried int
+	failure string
 }
 
 // faults runs configuration c's replicas procs through each fault, faultSeeds
@@ -101,22 +121,47 @@ func (b *bench) faults(c configuration, ns, home string, procs []*eppProc) error
 	return nil
 }
 
+// faultSpec is the fault runs' workload.
+func faultSpec() (workload.Spec, error) {
+	spec, err := preset(workload.MultiTurn, sizeExceeds, 1)
+	if err != nil {
+		return spec, err
+	}
+	spec.Rate *= faultRate
+	spec.Count = int(math.Round(spec.Rate * faultArrivals.Seconds()))
+	return spec, nil
+}
+
 // faultRun sends the fault workload of seed through procs and, at faultAt, faults
 // the second replica (along: this is that run's baseline, with no fault).
 func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, seed uint64, kind string, along *faultResult) (faultResult, error) {
 	n := len(procs)
-	fr := faultResult{config: c.name, title: c.title, replicas: n, seed: seed, fault: kind, baseline: along != nil, caughtUp: -1}
-	spec, err := preset(workload.MultiTurn, sizeFits, 1)
+	fr := faultResult{config: c.name, title: c.title, replicas: n, seed: seed, fault: kind, baseline: along != nil, agreed: -1}
+	spec, err := faultSpec()
 	if err != nil {
 		return fr, err
 	}
-	spec.Count = int(math.Round(spec.Rate * faultArrivals.Seconds()))
 	convs, err := workload.Generate(spec, seed, salt("fault", kind, c.name, n, seed, fr.baseline))
 	if err != nil {
 		return fr, err
 	}
+	if kind == faultSkew && along == nil {
+		// The whole run with a clock skewed: started again so, and the replicas
+		// agreed, before the run.
+		if err := b.restartSecond(c, ns, home, procs, []string{sharedprefix.ClockOffsetEnv + "=" + skewBy.String()}); err != nil {
+			return fr, err
+		}
+		defer func() {
+			if err := b.restartSecond(c, ns, home, procs, nil); err != nil {
+				fr.failure = err.Error()
+			}
+		}()
+	}
 	if err := b.waitIdle(); err != nil {
 		return fr, err
+	}
+	if _, err := agreeAfter(procs, time.Now(), agreeWithin); err != nil {
+		return fr, fmt.Errorf("the replicas did not agree before the run: %w", err)
 	}
 	for _, s := range b.fleet.Servers {
 		if err := s.Reset(); err != nil {
@@ -125,9 +170,12 @@ func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, see
 	}
 	_ = b.fleet.TakeBalance()
 	st0 := b.fleet.Stats()
-	resent0, resyncs0 := broadcastTotals(procs)
+	m0, err := scrapeAll(procs)
+	if err != nil {
+		return fr, err
+	}
 	gw := loadgen.NewGateway(gatewayReplicas(procs)...)
-	opts := loadgen.Options{Clock: b.fleet.Clock, Gateway: gw, Servers: b.servers, Model: b.o.sim.cfg.Model,
+	opts := loadgen.Options{Clock: b.fleet.Clock, Gateway: gw, Servers: b.servers, Model: b.o.sim.cfg.Model, Retry: kind == faultKill,
 		Seed: seed, RunID: fmt.Sprintf("fault-%s-%s%d-%d-%v", kind, c.name, n, seed, fr.baseline), Timeout: 30 * time.Second, Start: b.fleet.Clock.Now()}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -137,15 +185,18 @@ func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, see
 
 	b.fleet.Clock.SleepUntil(ctx, opts.Start+faultAt)
 	var faultEnd time.Duration
-	if along != nil {
+	switch {
+	case along != nil:
 		faultEnd = along.window.from
-	} else {
+	default:
 		if err := b.inject(c, ns, home, gw, procs, kind); err != nil {
 			fr.failure = err.Error()
 		}
 		faultEnd = b.fleet.Clock.Now() - opts.Start
 		if fr.failure == "" {
-			fr.caughtUp = catchUp(procs, caughtUpWithin)
+			if fr.agreed, err = agreeAfter(procs, time.Now(), agreeWithin); err != nil {
+				b.logf("%s × %d, fault %s, seed %d: %v", c.title, n, kind, seed, err)
+			}
 		}
 	}
 	records := <-done
@@ -155,14 +206,30 @@ func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, see
 	}
 	st1 := b.fleet.Stats()
 	fr.run = summarize(records, convs, b.o.sim.cfg.BlockTokens)
-	fr.run.config, fr.run.title, fr.run.replicas, fr.run.kind, fr.run.size, fr.run.seed = c.name, c.title, n, workload.MultiTurn, sizeFits, seed
+	fr.run.config, fr.run.title, fr.run.replicas, fr.run.kind, fr.run.size, fr.run.seed = c.name, c.title, n, workload.MultiTurn, sizeExceeds, seed
 	fr.run.wall = wall
 	fr.run.imbalance = b.fleet.TakeBalance().Imbalance()
 	fr.run.server = diff(st1, st0)
-	fr.run.check()
+	if kind != faultKill {
+		fr.run.check() // a killed replica fails what it was routing
+	}
 	fr.window = phase{name: "after", from: faultEnd, to: faultEnd + faultWindow}
 	for _, rec := range records {
-		if p := &fr.window; rec.Err == "" && rec.Sent >= p.from && rec.Sent < p.to {
+		if rec.Retried {
+			fr.retried++
+		}
+		if rec.Err != "" {
+			switch {
+			case rec.Sent < faultAt:
+				fr.lost[0]++
+			case rec.Sent < faultEnd:
+				fr.lost[1]++
+			default:
+				fr.lost[2]++
+			}
+			continue
+		}
+		if p := &fr.window; rec.Sent >= p.from && rec.Sent < p.to {
 			p.requests++
 			p.prompt += int64(rec.ServerPromptTokens)
 			p.cached += int64(rec.CachedTokens)
@@ -175,11 +242,18 @@ func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, see
 		}
 	}
 	// The traffic over, the indexes compared once what is on its way arrived.
-	if err := compareIndexes(procs, &fr, 5*time.Second); err != nil {
+	if fr.differing, err = differingServers(procs, 5*time.Second); err != nil {
 		return fr, err
 	}
-	resent1, resyncs1 := broadcastTotals(procs)
-	fr.resent, fr.resyncs = resent1-resent0, resyncs1-resyncs0
+	m1, err := scrapeAll(procs)
+	if err != nil {
+		return fr, err
+	}
+	for i := range m1 {
+		if i < len(m0) {
+			fr.repaired += m1[i].repairReceived - m0[i].repairReceived
+		}
+	}
 	if fr.failure != "" {
 		return fr, errors.New(fr.failure)
 	}
@@ -187,16 +261,17 @@ func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, see
 }
 
 // inject faults the second replica of procs (kind); it returns when the fault is
-// over (the replica runs again).
+// over (the replica runs again, listed).
 func (b *bench) inject(c configuration, ns, home string, gw *loadgen.Gateway, procs []*eppProc, kind string) error {
 	p := procs[1]
 	pid := p.process.Pid()
+	ctx := context.Background()
 	switch kind {
-	case faultFreeze:
+	case faultFreeze, faultFreezeLong:
 		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 			return err
 		}
-		time.Sleep(frozenFor)
+		time.Sleep(frozenFor(kind))
 		return syscall.Kill(pid, syscall.SIGCONT)
 	case faultReset:
 		ss, err := exec.LookPath("ss")
@@ -207,40 +282,37 @@ func (b *bench) inject(c configuration, ns, home string, gw *loadgen.Gateway, pr
 			return fmt.Errorf("ss -K: %w: %s", err, out)
 		}
 		return nil
-	case faultKill:
-		// The container dies: its pod is not ready (the gateway stops sending it
-		// requests), the kubelet starts the container again (the same pod name
-		// and address, a new process), ready once its probe passes.
-		ctx := context.Background()
+	case faultFlap:
+		// Not ready: its peers drop it, it drops them, and the gateway sends it
+		// nothing; then ready again.
 		gw.Remove(p.Pod)
 		if err := eppreplica.WriteSyncSlice(ctx, b.env.Clientset, ns, p.slice, p.Replica, "routingbench", slicegen.NotReady()); err != nil {
 			return err
 		}
+		time.Sleep(flapFor)
+		if err := eppreplica.WriteSyncSlice(ctx, b.env.Clientset, ns, p.slice, p.Replica, "routingbench"); err != nil {
+			return err
+		}
+		gw.Add(p.gatewayReplica())
+		return nil
+	case faultSkew:
+		return nil // the whole run (faultRun)
+	case faultKill:
+		// The container dies: the gateway retries the requests it was routing on
+		// another replica; its pod is not ready (the gateway sends it nothing);
+		// the kubelet starts the container again (the same pod name and address, a
+		// new process), ready once its probe passes.
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return err
+		}
+		gw.Remove(p.Pod)
+		if err := eppreplica.WriteSyncSlice(ctx, b.env.Clientset, ns, p.slice, p.Replica, "routingbench", slicegen.NotReady()); err != nil {
 			return err
 		}
 		<-p.process.Exited()
 		_ = p.client.Close()
-		launched := time.Now()
-		ps, err := b.startReplicas(ns, home, []*eppreplica.Replica{p.Replica}, c.config)
-		if err != nil || len(ps) != 1 {
-			stopReplicas(ps)
-			return fmt.Errorf("starting %s again: %w", p.Pod, err)
-		}
-		np := ps[0]
-		np.slice = p.slice
-		// The kubelet's readiness probe, every readinessPeriod from the start (see
-		// replace).
-		for probe := launched.Add(readinessPeriod); ; probe = probe.Add(readinessPeriod) {
-			time.Sleep(time.Until(probe))
-			if st, err := np.Ready(ctx); err == nil && st == healthpb.HealthCheckResponse_SERVING {
-				break
-			}
-			if time.Since(launched) > readyWithin {
-				return fmt.Errorf("%s not ready again within %v", p.Pod, readyWithin)
-			}
-		}
-		if err := eppreplica.WriteSyncSlice(ctx, b.env.Clientset, ns, np.slice, np.Replica, "routingbench"); err != nil {
+		np, err := b.startAgain(c, ns, home, p, nil)
+		if err != nil {
 			return err
 		}
 		procs[1] = np
@@ -250,23 +322,49 @@ func (b *bench) inject(c configuration, ns, home string, gw *loadgen.Gateway, pr
 	return fmt.Errorf("unknown fault %q: want one of %s", kind, strings.Join(faultKinds, ", "))
 }
 
-// broadcastOf is the replica's shared index broadcast, as /debug/peer-sync shows it.
-func broadcastOf(p *eppProc) (peersync.BroadcastStatus, error) {
-	resp, err := httpClient.Get("http://" + p.Debug + "/debug/peer-sync?key=-")
-	if err != nil {
-		return peersync.BroadcastStatus{}, err
+// startAgain starts replica p again (the same pod, a new process, with env),
+// waits for its readiness as the kubelet's probe would, and lists it ready.
+func (b *bench) startAgain(c configuration, ns, home string, p *eppProc, env []string) (*eppProc, error) {
+	ctx := context.Background()
+	launched := time.Now()
+	ps, err := b.startReplicasWith(ns, home, []*eppreplica.Replica{p.Replica}, c.config, env)
+	if err != nil || len(ps) != 1 {
+		stopReplicas(ps)
+		return nil, fmt.Errorf("starting %s again: %w", p.Pod, err)
 	}
-	defer resp.Body.Close()
-	var doc peersync.Document
-	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
-		return peersync.BroadcastStatus{}, err
-	}
-	for _, b := range doc.Broadcasts {
-		if b.Name == sharedprefix.BroadcastName(sharedIndexPlugin) {
-			return b, nil
+	np := ps[0]
+	np.slice = p.slice
+	// The kubelet's readiness probe, every readinessPeriod from the start (see
+	// replace).
+	for probe := launched.Add(readinessPeriod); ; probe = probe.Add(readinessPeriod) {
+		time.Sleep(time.Until(probe))
+		if st, err := np.Ready(ctx); err == nil && st == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+		if time.Since(launched) > readyWithin {
+			return nil, fmt.Errorf("%s not ready again within %v", p.Pod, readyWithin)
 		}
 	}
-	return peersync.BroadcastStatus{}, fmt.Errorf("%s has no broadcast %s", p.Pod, sharedprefix.BroadcastName(sharedIndexPlugin))
+	if err := eppreplica.WriteSyncSlice(ctx, b.env.Clientset, ns, np.slice, np.Replica, "routingbench"); err != nil {
+		return nil, err
+	}
+	return np, nil
+}
+
+// restartSecond stops the second replica of procs and starts it again with env.
+func (b *bench) restartSecond(c configuration, ns, home string, procs []*eppProc, env []string) error {
+	p := procs[1]
+	if err := eppreplica.WriteSyncSlice(context.Background(), b.env.Clientset, ns, p.slice, p.Replica, "routingbench", slicegen.NotReady()); err != nil {
+		return err
+	}
+	_ = p.process.Stop()
+	_ = p.client.Close()
+	np, err := b.startAgain(c, ns, home, p, env)
+	if err != nil {
+		return err
+	}
+	procs[1] = np
+	return nil
 }
 
 // indexOf is the replica's shared index, as its debug address serves it.
@@ -285,170 +383,180 @@ func indexOf(p *eppProc) (sharedprefix.Index, error) {
 	return st, err
 }
 
-// catchUp polls the replicas (every 10 ms, at most within) until each has seen
-// every frame each peer had published when it began, and misses none; it returns
-// how long that took, -1 if it did not happen within.
-func catchUp(procs []*eppProc, within time.Duration) time.Duration {
-	start := time.Now()
-	target := map[string]uint64{}
-	for _, p := range procs {
-		if b, err := broadcastOf(p); err == nil {
-			target[p.Pod] = b.Seq
-		}
-	}
-	for time.Since(start) < within {
-		if caughtUp(procs, target) {
-			return time.Since(start)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return -1
-}
-
-func caughtUp(procs []*eppProc, target map[string]uint64) bool {
-	for _, p := range procs {
-		b, err := broadcastOf(p)
-		if err != nil || b.Missing != 0 {
-			return false
-		}
-		seen := map[string]uint64{}
-		for _, ps := range b.Peers {
-			_, name, _ := strings.Cut(ps.Peer, "/")
-			seen[name] = ps.Seq
-		}
-		for _, o := range procs {
-			if o != p && seen[o.Pod] < target[o.Pod] {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// compareIndexes waits (at most within) until the replicas' digests agree, and
-// records in fr whether they did, the blocks lost, and whether an LRU was full.
-func compareIndexes(procs []*eppProc, fr *faultResult, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		var sts []sharedprefix.Index
+// agreeAfter polls the replicas (every 20 ms, at most within) until every pair has
+// agreed (an anti-entropy exchange that ended with both holding the same) since
+// healed, and returns how long after healed the last pair did.
+func agreeAfter(procs []*eppProc, healed time.Time, within time.Duration) (time.Duration, error) {
+	var why string
+	for time.Since(healed) < within {
+		latest, ok := time.Time{}, true
+		why = ""
 		for _, p := range procs {
+			polled := time.Now()
 			st, err := indexOf(p)
 			if err != nil {
-				return err
+				return -1, err
 			}
-			sts = append(sts, st)
+			agreed := map[string]time.Time{}
+			for _, pa := range st.Peers {
+				if pa.AgreedSecondsAgo != nil {
+					agreed[pa.Peer] = polled.Add(-time.Duration(*pa.AgreedSecondsAgo * float64(time.Second)))
+				}
+			}
+			for _, o := range procs {
+				if o == p {
+					continue
+				}
+				var at time.Time
+				seen := false
+				for peer, t := range agreed {
+					if strings.HasSuffix(peer, "/"+o.Pod) {
+						at, seen = t, true
+					}
+				}
+				if !seen || at.Before(healed) {
+					ok = false
+					why = fmt.Sprintf("%s has not agreed with %s since the fault healed", p.Pod, o.Pod)
+					break
+				}
+				if at.After(latest) {
+					latest = at
+				}
+			}
+			if !ok {
+				break
+			}
 		}
-		fr.agree, fr.lost, fr.full = true, 0, false
-		most := map[string]int{}
-		for _, st := range sts {
-			fr.agree = fr.agree && st.Digest == sts[0].Digest
+		if ok {
+			return max(latest.Sub(healed), 0), nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return -1, fmt.Errorf("not within %v: %s", within, why)
+}
+
+// differingServers waits (at most within) until every replica holds the same as
+// the first one, server by server (their digests, not counts), and returns the
+// servers that still differ.
+func differingServers(procs []*eppProc, within time.Duration) (int, error) {
+	deadline := time.Now().Add(within)
+	for {
+		var first map[string]string
+		differ := map[string]bool{}
+		for i, p := range procs {
+			st, err := indexOf(p)
+			if err != nil {
+				return 0, err
+			}
+			digests := map[string]string{}
 			for _, s := range st.Servers {
-				most[s.Server] = max(most[s.Server], s.Blocks)
-				fr.full = fr.full || s.Blocks >= s.Capacity
+				digests[s.Server] = s.Digest
+			}
+			if i == 0 {
+				first = digests
+				continue
+			}
+			for s := range first {
+				if digests[s] != first[s] {
+					differ[s] = true
+				}
+			}
+			for s := range digests {
+				if digests[s] != first[s] {
+					differ[s] = true
+				}
 			}
 		}
-		for _, st := range sts {
-			held := map[string]int{}
-			for _, s := range st.Servers {
-				held[s.Server] = s.Blocks
-			}
-			for server, m := range most {
-				fr.lost = max(fr.lost, m-held[server])
-			}
-		}
-		if fr.agree || time.Now().After(deadline) {
-			return nil
+		if len(differ) == 0 || time.Now().After(deadline) {
+			return len(differ), nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-// broadcastTotals are the frames resent and the resyncs served by every replica.
-func broadcastTotals(procs []*eppProc) (resent, resyncs float64) {
-	for _, p := range procs {
-		b, err := broadcastOf(p)
-		if err != nil {
-			continue
-		}
-		for _, ps := range b.Peers {
-			resent += ps.Resent
-			resyncs += ps.ResyncsServed
-		}
-	}
-	return resent, resyncs
-}
-
 func (fr faultResult) summary() string {
 	s := fmt.Sprintf("window %s", fr.window.figures())
 	if !fr.baseline {
-		caught := "NOT caught up"
-		if fr.caughtUp >= 0 {
-			caught = "caught up after " + fr.caughtUp.Round(time.Millisecond).String()
+		agreed := "NOT agreed"
+		if fr.agreed >= 0 {
+			agreed = "every pair agreed " + fr.agreed.Round(time.Millisecond).String() + " after it healed"
 		}
-		s += fmt.Sprintf(", %s, %.0f frames resent, %.0f resyncs", caught, fr.resent, fr.resyncs)
+		s += fmt.Sprintf(", %s, %.0f blocks repaired, requests lost %v (before, during, after), %d retried", agreed, fr.repaired, fr.lost, fr.retried)
 	}
-	s += fmt.Sprintf(", indexes agree %v (%d blocks lost, an LRU full %v); %d/%d answered", fr.agree, fr.lost, fr.full, fr.run.answered, fr.run.want)
+	s += fmt.Sprintf(", %d servers differ at the end; %d/%d answered", fr.differing, fr.run.answered, fr.run.want)
 	if len(fr.run.problems) > 0 {
 		s += fmt.Sprintf("; PROBLEMS: %v", fr.run.problems)
 	}
 	return s
 }
 
-// Issue 37's targets for the faults.
-const (
-	targetCaughtUp = 2 * time.Second // after the fault ends
-)
+// Issue 48's target for the faults: every pair agrees within this after the heal.
+const targetAgreed = 2 * time.Second
 
-// faultTable is the fault runs and their targets.
+// faultTable is the fault runs and their targets: per run, then per fault over
+// the seeds (the hit rate's ratio paired by seed, with its interval).
 func (b *bench) faultTable() string {
 	if len(b.faultResults) == 0 {
 		return ""
 	}
-	spec, _ := preset(workload.MultiTurn, sizeFits, 1)
-	spec.Count = int(math.Round(spec.Rate * faultArrivals.Seconds()))
+	spec, _ := faultSpec()
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n**Through faults** (multi-turn, fits: %s). At %v of simulated time, the second replica is faulted under traffic: frozen (SIGSTOP) for %v of wall time, past the TTL, then SIGCONT; its peer-sync connections reset by the kernel (`ss -K`); or killed (SIGKILL) and started again as its container would be (the same pod name and address, listed not ready meanwhile, the gateway sending it nothing). Caught up: from the fault's end until every replica had every frame its peers had published by then, none missing (target ≤ %v). Lost: once the traffic is over, the blocks the index of one replica holds fewer than another's for a server (target 0; the digests agree). Hit rate: the requests sent in the %v after the fault ended, against the same window of the same seed with no fault (other text), and their ratio (target ≥ %.2f).\n\n",
-		describe(spec), faultAt, frozenFor, targetCaughtUp, faultWindow, targetHitRatio)
-	sb.WriteString("| configuration | replicas | fault | seed | caught up after | frames resent, resyncs | placements lost | indexes agree | hit rate after (no fault) | ratio | errors |\n")
-	sb.WriteString("|---|---:|---|---:|---:|---:|---:|---|---:|---:|---:|\n")
+	fmt.Fprintf(&sb, "\n**Through faults** (multi-turn, exceeds, at %d× its rate: %s; every server's cache and every index full). At %v of simulated time, the second replica is faulted under traffic: frozen (SIGSTOP) for 2 s or 15 s of wall time, past the TTL and the readiness window, then SIGCONT; its peer-sync connections reset by the kernel (`ss -K`); killed (SIGKILL) and started again as its container would be (the same pod name and address, listed not ready meanwhile), behind a gateway that retries on another replica a request whose replica failed before it picked; listed not ready for %v (out of the peer set and of the gateway) and ready again (a flap); or, for the whole run, its clock %v ahead (clock skew). Agreed: from the fault's end until every pair of replicas had completed an anti-entropy exchange that found them holding the same (per-server digests equal but for what changed in the last 100 ms on either side; target ≤ %v). Differ: once the traffic is over, the servers whose digests differ between two replicas (target 0). Hit rate: the requests sent in the %v (simulated) after the fault ended, against the same window of the same seed with no fault (other text), and their ratio (target ≥ %.2f, paired by seed, with its 95%% interval in the summary). Lost: requests that failed, by phase (before the fault, during it, after).\n\n",
+		faultRate, describe(spec), faultAt, flapFor, skewBy, targetAgreed, faultWindow, targetHitRatio)
+	sb.WriteString("| configuration | replicas | fault | seed | agreed after | blocks repaired | servers differ | requests lost (before, during, after); retried | hit rate after (no fault) | ratio | errors |\n")
+	sb.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	ratios := map[string][]float64{}
+	agreedMet := map[string]bool{}
 	for _, fr := range b.faultResults {
 		if fr.baseline {
 			continue
 		}
-		var base *faultResult
-		for i := range b.faultResults {
-			o := &b.faultResults[i]
-			if o.baseline && o.config == fr.config && o.fault == fr.fault && o.seed == fr.seed && o.replicas == fr.replicas {
-				base = o
-			}
+		base := b.baselineOf(fr)
+		agreed := fmt.Sprintf("**not within %v**", agreeWithin)
+		if fr.agreed >= 0 {
+			agreed = fmt.Sprintf("%s: %s", millis(float64(fr.agreed)), verdict(fr.agreed <= targetAgreed))
 		}
-		caught := fmt.Sprintf("**not within %v**", caughtUpWithin)
-		if fr.caughtUp >= 0 {
-			caught = fmt.Sprintf("%s: %s", millis(float64(fr.caughtUp)), verdict(fr.caughtUp <= targetCaughtUp))
+		if _, ok := agreedMet[fr.fault]; !ok {
+			agreedMet[fr.fault] = true
 		}
-		agree := "yes"
-		switch {
-		case !fr.agree && fr.full:
-			agree = "no (an LRU was full)"
-		case !fr.agree:
-			agree = "**no**"
-		}
-		lost := fmt.Sprintf("%d: %s", fr.lost, verdict(fr.lost == 0))
-		if fr.full {
-			lost = fmt.Sprintf("%d (an LRU was full)", fr.lost)
-		}
+		agreedMet[fr.fault] = agreedMet[fr.fault] && fr.agreed >= 0 && fr.agreed <= targetAgreed && fr.differing == 0
 		hit, rat := fmt.Sprintf("%.3f", fr.window.hitRate()), "–"
-		if base != nil && base.window.requests > 0 {
+		if base != nil && base.window.requests > 0 && base.window.hitRate() > 0 {
 			hit += fmt.Sprintf(" (%.3f)", base.window.hitRate())
 			r := fr.window.hitRate() / base.window.hitRate()
-			rat = fmt.Sprintf("%.3f: %s", r, verdict(r >= targetHitRatio))
+			rat = fmt.Sprintf("%.3f", r)
+			ratios[fr.fault] = append(ratios[fr.fault], r)
 		}
 		errs := fr.run.errors + len(fr.run.problems)
-		cells := []string{fr.title, fmt.Sprint(fr.replicas), fr.fault, fmt.Sprint(fr.seed), caught,
-			fmt.Sprintf("%.0f, %.0f", fr.resent, fr.resyncs), lost, agree, hit, rat, fmt.Sprint(errs)}
+		if fr.fault == faultKill {
+			errs = len(fr.run.problems)
+		}
+		cells := []string{fr.title, fmt.Sprint(fr.replicas), fr.fault, fmt.Sprint(fr.seed), agreed, fmt.Sprintf("%.0f", fr.repaired),
+			fmt.Sprintf("%d: %s", fr.differing, verdict(fr.differing == 0)), fmt.Sprintf("%d, %d, %d; %d", fr.lost[0], fr.lost[1], fr.lost[2], fr.retried),
+			hit, rat, fmt.Sprint(errs)}
 		sb.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 	}
+	sb.WriteString("\n| fault | seeds | every pair agreed within 2 s, none differing at the end | hit rate after, paired ratio to no fault |\n|---|---:|---|---:|\n")
+	for _, kind := range b.o.faultKinds {
+		rs := ratios[kind]
+		if len(rs) == 0 {
+			continue
+		}
+		iv := meanInterval(rs)
+		fmt.Fprintf(&sb, "| %s | %d | %s | %s: %s |\n", kind, len(rs), verdict(agreedMet[kind]), iv.format(3), iv.shown(targetHitRatio))
+	}
 	return sb.String()
+}
+
+// baselineOf is fr's baseline run.
+func (b *bench) baselineOf(fr faultResult) *faultResult {
+	for i := range b.faultResults {
+		o := &b.faultResults[i]
+		if o.baseline && o.config == fr.config && o.fault == fr.fault && o.seed == fr.seed && o.replicas == fr.replicas {
+			return o
+		}
+	}
+	return nil
 }
 
 // validFaults checks --fault-kinds.

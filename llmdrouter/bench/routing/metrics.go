@@ -26,8 +26,7 @@ type replicaMetrics struct {
 	// propagation: epp_shared_prefix_propagation_seconds, one observation per
 	// peer's placement merged.
 	propagation histogram
-	// merged: epp_shared_prefix_placements_total by origin (local, peer, resent,
-	// snapshot, resync).
+	// merged: epp_shared_prefix_placements_total by origin (local, peer).
 	merged map[string]float64
 	// dropped: epp_shared_prefix_dropped_total, every reason; notInPool: of
 	// reason not-in-pool; droppedBy: by reason.
@@ -35,10 +34,14 @@ type replicaMetrics struct {
 	droppedBy          map[string]float64
 	// blocks: epp_shared_prefix_index_blocks.
 	blocks float64
-	// warm, warmSeconds: epp_peer_sync_broadcast_warm and _warm_seconds of the
-	// shared index's broadcast (hasWarm: the replica has that broadcast).
-	warm, warmSeconds float64
-	hasWarm           bool
+	// warm: epp_shared_prefix_warm (hasWarm: the replica has the shared index).
+	warm    float64
+	hasWarm bool
+	// repairSent, repairReceived: epp_shared_prefix_repair_blocks_total by
+	// direction (received: the blocks that changed this replica's index).
+	repairSent, repairReceived float64
+	// exchanges: epp_shared_prefix_exchanges_total by outcome, both roles.
+	exchanges map[string]float64
 }
 
 // histogram is a Prometheus histogram: cumulative counts per upper bound.
@@ -125,6 +128,14 @@ func (m replicaMetrics) add(o replicaMetrics) replicaMetrics {
 	}
 	out.dropped += o.dropped
 	out.notInPool += o.notInPool
+	out.repairSent += o.repairSent
+	out.repairReceived += o.repairReceived
+	out.exchanges = map[string]float64{}
+	for _, from := range []map[string]float64{m.exchanges, o.exchanges} {
+		for k, v := range from {
+			out.exchanges[k] += v
+		}
+	}
 	return out
 }
 
@@ -132,7 +143,11 @@ func (m replicaMetrics) add(o replicaMetrics) replicaMetrics {
 // histograms; gauges are m's).
 func (m replicaMetrics) sub(o replicaMetrics) replicaMetrics {
 	neg := replicaMetrics{sentBytes: -o.sentBytes, placementBytes: o.placementBytes.scaled(-1), propagation: o.propagation.scaled(-1),
-		merged: map[string]float64{}, dropped: -o.dropped, notInPool: -o.notInPool, droppedBy: map[string]float64{}}
+		merged: map[string]float64{}, dropped: -o.dropped, notInPool: -o.notInPool, droppedBy: map[string]float64{},
+		repairSent: -o.repairSent, repairReceived: -o.repairReceived, exchanges: map[string]float64{}}
+	for k, v := range o.exchanges {
+		neg.exchanges[k] = -v
+	}
 	for k, v := range o.merged {
 		neg.merged[k] = -v
 	}
@@ -144,7 +159,7 @@ func (m replicaMetrics) sub(o replicaMetrics) replicaMetrics {
 
 // scrapeMetrics reads the replica's /metrics at addr (127.0.0.1:port).
 func scrapeMetrics(addr string) (replicaMetrics, error) {
-	m := replicaMetrics{merged: map[string]float64{}, droppedBy: map[string]float64{}}
+	m := replicaMetrics{merged: map[string]float64{}, droppedBy: map[string]float64{}, exchanges: map[string]float64{}}
 	resp, err := httpClient.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return m, err
@@ -158,7 +173,6 @@ func scrapeMetrics(addr string) (replicaMetrics, error) {
 	if err != nil {
 		return m, fmt.Errorf("GET %s/metrics: %w", addr, err)
 	}
-	broadcast := sharedprefix.BroadcastName(sharedIndexPlugin)
 	for name, f := range families {
 		for _, s := range f.GetMetric() {
 			labels := map[string]string{}
@@ -169,10 +183,14 @@ func scrapeMetrics(addr string) (replicaMetrics, error) {
 			switch {
 			case name == "epp_peer_sync_sent_bytes_total":
 				m.sentBytes += s.GetCounter().GetValue()
-			case name == "epp_peer_sync_broadcast_warm" && labels["broadcast"] == broadcast:
+			case name == "epp_shared_prefix_warm" && ours:
 				m.warm, m.hasWarm = s.GetGauge().GetValue(), true
-			case name == "epp_peer_sync_broadcast_warm_seconds" && labels["broadcast"] == broadcast:
-				m.warmSeconds = s.GetGauge().GetValue()
+			case name == "epp_shared_prefix_repair_blocks_total" && ours && labels["direction"] == "sent":
+				m.repairSent += s.GetCounter().GetValue()
+			case name == "epp_shared_prefix_repair_blocks_total" && ours && labels["direction"] == "received":
+				m.repairReceived += s.GetCounter().GetValue()
+			case name == "epp_shared_prefix_exchanges_total" && ours:
+				m.exchanges[labels["outcome"]] += s.GetCounter().GetValue()
 			case name == "epp_shared_prefix_placements_total" && ours:
 				m.merged[labels["origin"]] += s.GetCounter().GetValue()
 			case name == "epp_shared_prefix_dropped_total" && ours:
@@ -232,4 +250,4 @@ func memoryOf(procs []*eppProc) (rss, peak []int64, err error) {
 }
 
 // reached is the peers' placements merged: live or resent after a gap.
-func (m replicaMetrics) reached() float64 { return m.merged["peer"] + m.merged["resent"] }
+func (m replicaMetrics) reached() float64 { return m.merged["peer"] }

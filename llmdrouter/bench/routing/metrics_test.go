@@ -13,18 +13,22 @@ import (
 // which the bench leaves out).
 const exposition = `# TYPE epp_peer_sync_sent_bytes_total counter
 epp_peer_sync_sent_bytes_total{syncer="peer-syncer"} 12345
-# TYPE epp_peer_sync_broadcast_warm gauge
-epp_peer_sync_broadcast_warm{broadcast="prefix/shared-prefix",syncer="peer-syncer"} 1
-# TYPE epp_peer_sync_broadcast_warm_seconds gauge
-epp_peer_sync_broadcast_warm_seconds{broadcast="prefix/shared-prefix",syncer="peer-syncer"} 0.25
+# TYPE epp_shared_prefix_warm gauge
+epp_shared_prefix_warm{plugin="shared-prefix"} 1
+epp_shared_prefix_warm{plugin="other"} 0
 # TYPE epp_shared_prefix_placements_total counter
 epp_shared_prefix_placements_total{origin="local",plugin="shared-prefix"} 40
 epp_shared_prefix_placements_total{origin="peer",plugin="shared-prefix"} 70
-epp_shared_prefix_placements_total{origin="snapshot",plugin="shared-prefix"} 8
 epp_shared_prefix_placements_total{origin="peer",plugin="other"} 1000
+# TYPE epp_shared_prefix_repair_blocks_total counter
+epp_shared_prefix_repair_blocks_total{direction="sent",plugin="shared-prefix"} 8
+epp_shared_prefix_repair_blocks_total{direction="received",plugin="shared-prefix"} 5
+# TYPE epp_shared_prefix_exchanges_total counter
+epp_shared_prefix_exchanges_total{outcome="agreed",plugin="shared-prefix",role="opened"} 3
+epp_shared_prefix_exchanges_total{outcome="agreed",plugin="shared-prefix",role="answered"} 4
 # TYPE epp_shared_prefix_dropped_total counter
 epp_shared_prefix_dropped_total{plugin="shared-prefix",reason="not-in-pool"} 2
-epp_shared_prefix_dropped_total{plugin="shared-prefix",reason="rate"} 1
+epp_shared_prefix_dropped_total{plugin="shared-prefix",reason="other"} 1
 # TYPE epp_shared_prefix_index_blocks gauge
 epp_shared_prefix_index_blocks{plugin="shared-prefix"} 1296
 # TYPE epp_shared_prefix_propagation_seconds histogram
@@ -50,11 +54,14 @@ func TestScrapeMetricsReadsTheSharedIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.sentBytes != 12345 || !m.hasWarm || m.warm != 1 || m.warmSeconds != 0.25 || m.blocks != 1296 {
-		t.Errorf("sent %v, warm %v %v %v, blocks %v; want 12345, 1 after 0.25 s, 1296", m.sentBytes, m.hasWarm, m.warm, m.warmSeconds, m.blocks)
+	if m.sentBytes != 12345 || !m.hasWarm || m.warm != 1 || m.blocks != 1296 {
+		t.Errorf("sent %v, warm %v %v, blocks %v; want 12345, 1, 1296", m.sentBytes, m.hasWarm, m.warm, m.blocks)
 	}
-	if m.merged["local"] != 40 || m.merged["peer"] != 70 || m.merged["snapshot"] != 8 || m.dropped != 3 || m.notInPool != 2 {
-		t.Errorf("merged %v, dropped %v (not in pool %v); want local 40, peer 70, snapshot 8, dropped 3 (2)", m.merged, m.dropped, m.notInPool)
+	if m.merged["local"] != 40 || m.merged["peer"] != 70 || m.dropped != 3 || m.notInPool != 2 {
+		t.Errorf("merged %v, dropped %v (not in pool %v); want local 40, peer 70, dropped 3 (2)", m.merged, m.dropped, m.notInPool)
+	}
+	if m.repairSent != 8 || m.repairReceived != 5 || m.exchanges["agreed"] != 7 {
+		t.Errorf("repair blocks sent %v, received %v, exchanges %v; want 8, 5, agreed 7", m.repairSent, m.repairReceived, m.exchanges)
 	}
 	if m.placementBytes.count != 40 || m.placementBytes.mean() != 80 {
 		t.Errorf("placements %v of %v bytes on average, want 40 of 80", m.placementBytes.count, m.placementBytes.mean())

@@ -106,10 +106,14 @@ func TestReportTablesAndPlot(t *testing.T) {
 				{name: "during", from: 40 * time.Second, to: 70 * time.Second, requests: 10, prompt: 1000, cached: 700, reuse: 8, precise: 8},
 				{name: "after", from: 70 * time.Second, to: 120 * time.Second, requests: 10, prompt: 1000, cached: 690, reuse: 8, precise: 7}}}}
 	b.faultResults = []faultResult{
-		{config: "shared-index", title: "shared prefix index", replicas: 3, seed: 1, fault: faultFreeze, caughtUp: 40 * time.Millisecond, agree: true, resent: 12,
+		{config: "shared-index", title: "shared prefix index", replicas: 3, seed: 1, fault: faultFreeze, agreed: 40 * time.Millisecond, repaired: 12,
 			window: phase{requests: 10, prompt: 1000, cached: 700}},
-		{config: "shared-index", title: "shared prefix index", replicas: 3, seed: 1, fault: faultFreeze, baseline: true, agree: true,
+		{config: "shared-index", title: "shared prefix index", replicas: 3, seed: 1, fault: faultFreeze, baseline: true,
 			window: phase{requests: 10, prompt: 1000, cached: 710}},
+		{config: "shared-index", title: "shared prefix index", replicas: 3, seed: 2, fault: faultFreeze, agreed: 3 * time.Second, repaired: 20, lost: [3]int{0, 1, 0},
+			window: phase{requests: 10, prompt: 1000, cached: 690}},
+		{config: "shared-index", title: "shared prefix index", replicas: 3, seed: 2, fault: faultFreeze, baseline: true,
+			window: phase{requests: 10, prompt: 1000, cached: 700}},
 	}
 	rep := b.report(time.Minute)
 	for _, want := range []string{
@@ -134,7 +138,9 @@ func TestReportTablesAndPlot(t *testing.T) {
 		"replicas that share the prefix index hit it 0.990 [0.990, 0.990] at 3 and 0.960 [0.885, 1.035] at 8 times as often as one replica does on upstream's default profile",
 		"at least 0.97× is shown in 2 of 4 cases",
 		// The faults.
-		"| shared prefix index | 3 | freeze | 1 | 40 ms: met | 12, 0 | 0: met | yes | 0.700 (0.710) | 0.986: met | 0 |",
+		"| shared prefix index | 3 | freeze | 1 | 40 ms: met | 12 | 0: met | 0, 0, 0; 0 | 0.700 (0.710) | 0.986 | 0 |",
+		"| shared prefix index | 3 | freeze | 2 | 3.00 s: **missed** | 20 | 0: met | 0, 1, 0; 0 | 0.690 (0.700) | 0.986 | 0 |",
+		"| freeze | 2 | **missed** | 0.986 [0.985, 0.987]: met |",
 		// The rolling restart.
 		"| shared prefix index | 3 | 1 | 0.700, 1.00 (20–40 s) | 0.650, 0.75 (40–70 s) | 0.690, 1.00 (70–120 s) | 2.00 s–2.00 s | 2 of 3 (80 ms–120 ms) | 105 of 300 | 0 |",
 		"| shared prefix index, no restart (baseline) | 3 | 1 | 0.710, 1.00 (20–40 s) | 0.700, 1.00 (40–70 s) | 0.690, 0.88 (70–120 s) | – | – | – | 0 |",
@@ -216,15 +222,15 @@ func TestCheckComparesTheServersWithTheGenerator(t *testing.T) {
 func TestCheckSharingCountsEveryPeer(t *testing.T) {
 	r := result{answered: 10}
 	r.sync.placementBytes.count = 4
-	r.sync.merged = map[string]float64{"peer": 7, "resent": 1}
+	r.sync.merged = map[string]float64{"peer": 8}
 	r.checkSharing(3)
 	if len(r.problems) != 0 {
-		t.Fatalf("4 placements, merged by each of 2 peers (one resent after a gap): %v", r.problems)
+		t.Fatalf("4 placements, merged by each of 2 peers: %v", r.problems)
 	}
-	r.sync.merged["resent"] = 0
-	r.sync.droppedBy = map[string]float64{"rate": 1}
+	r.sync.merged["peer"] = 7
+	r.sync.droppedBy = map[string]float64{"not-in-pool": 1}
 	r.checkSharing(3)
-	if len(r.problems) != 2 || !strings.Contains(r.problems[0], "4 placements published, 7 merged by the peers: want 2 × 4") || !strings.Contains(r.problems[1], "1 placements dropped (rate)") {
+	if len(r.problems) != 2 || !strings.Contains(r.problems[0], "4 placements published, 7 merged by the peers: want 2 × 4") || !strings.Contains(r.problems[1], "1 placements dropped (not-in-pool)") {
 		t.Errorf("a placement that one peer dropped: %v", r.problems)
 	}
 	r = result{answered: 10, sync: replicaMetrics{merged: map[string]float64{}}}

@@ -68,23 +68,22 @@ type replacement struct {
 	// listedAt is when (simulated, from the run's start) it was listed ready and
 	// the gateway began to send it requests.
 	listedAt time.Duration
-	// bootstraps: the configuration's replicas pull the shared index when they
-	// start; warm says the new one got it within warmWithin of being listed,
-	// warmAt when it was seen warm (simulated), warmAfterListed how long after
-	// being listed (wall), warmSeconds the replica's
-	// epp_peer_sync_broadcast_warm_seconds (from its syncer's start).
+	// bootstraps: the configuration's replicas fill the shared index from their
+	// peers when they start; warm says the new one completed an exchange with a
+	// peer (epp_shared_prefix_warm) within warmWithin of being listed, warmAt
+	// when it was seen warm (simulated), warmAfterListed how long after being
+	// listed (wall).
 	bootstraps      bool
 	warm            bool
 	warmAt          time.Duration
 	warmAfterListed time.Duration
-	warmSeconds     float64
 	// routed and routedCold are the requests it routed, and those of them sent
 	// before it was seen warm.
 	routed, routedCold int
-	// snapshot and dropped are the placements it merged from a peer's snapshot,
+	// repaired and dropped are the blocks anti-entropy brought into its index,
 	// and the peers' placements it dropped (notInPool: for an endpoint its pool
 	// did not have), by the end of the run.
-	snapshot, dropped, notInPool float64
+	repaired, dropped, notInPool float64
 }
 
 // restartResult is a run through a rolling restart, or its baseline: the same
@@ -270,7 +269,7 @@ func (b *bench) restartRun(c configuration, ns, home string, procs []*eppProc, s
 			if err != nil {
 				return rr, err
 			}
-			rp.snapshot, rp.dropped, rp.notInPool = m.merged["snapshot"], m.dropped, m.notInPool
+			rp.repaired, rp.dropped, rp.notInPool = m.repairReceived, m.dropped, m.notInPool
 		}
 		rr.replaced = append(rr.replaced, *rp)
 	}
@@ -331,7 +330,7 @@ func (b *bench) replace(c configuration, ns, home string, gw *loadgen.Gateway, o
 		watchers.Go(func() {
 			for deadline := listed.Add(warmWithin); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 				if m, err := scrapeMetrics(p.Metrics); err == nil && m.warm == 1 {
-					rp.warm, rp.warmAt, rp.warmAfterListed, rp.warmSeconds = true, opts.Clock.Now()-opts.Start, time.Since(listed), m.warmSeconds
+					rp.warm, rp.warmAt, rp.warmAfterListed = true, opts.Clock.Now()-opts.Start, time.Since(listed)
 					return
 				}
 			}
@@ -360,8 +359,8 @@ func (rr restartResult) summary() string {
 		s := fmt.Sprintf("%s → %s ready after %v, routed %d", rp.old, rp.new, rp.ready.Round(time.Millisecond), rp.routed)
 		if rp.bootstraps {
 			if rp.warm {
-				s += fmt.Sprintf(", warm %v after it was listed ready (warm_seconds %.2f), %d routed before", rp.warmAfterListed.Round(time.Millisecond), rp.warmSeconds, rp.routedCold)
-				s += fmt.Sprintf(", %.0f snapshot placements merged, %.0f peers' placements dropped (%.0f not in its pool)", rp.snapshot, rp.dropped, rp.notInPool)
+				s += fmt.Sprintf(", warm %v after it was listed ready, %d routed before", rp.warmAfterListed.Round(time.Millisecond), rp.routedCold)
+				s += fmt.Sprintf(", %.0f blocks repaired into its index, %.0f peers' placements dropped (%.0f not in its pool)", rp.repaired, rp.dropped, rp.notInPool)
 			} else {
 				s += fmt.Sprintf(", NOT warm within %v of being listed ready", warmWithin)
 			}

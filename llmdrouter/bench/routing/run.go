@@ -107,10 +107,10 @@ func parseRunOptions(args []string) (runOptions, error) {
 	fs.IntVar(&o.restartReplicas, "restart-replicas", 3, "replicas of the rolling restart runs (one of --replicas)")
 	fs.IntVar(&o.restartSeeds, "restart-seeds", 1, "rolling restart runs per configuration (seeds 1, 2, ...)")
 	baselines := fs.String("restart-baseline", "shared-index", "configurations (of --restart) that also run each rolling restart's workload without a restart, split at the same times (\"\": none)")
-	faults := fs.String("faults", "shared-index", "configurations (of --configs, sharing the index) that also run the multi-turn workload that fits through each fault of --fault-kinds (\"\": none)")
-	faultKindsFlag := fs.String("fault-kinds", strings.Join(faultKinds, ","), "faults of the fault runs: freeze (SIGSTOP past the TTL), reset (ss -K of its peer-sync connections), kill (SIGKILL, then started again)")
+	faults := fs.String("faults", "shared-index", "configurations (of --configs, sharing the index) that also run the multi-turn workload that exceeds the caches, at twice its rate, through each fault of --fault-kinds (\"\": none)")
+	faultKindsFlag := fs.String("fault-kinds", strings.Join(faultKinds, ","), "faults of the fault runs: freeze (SIGSTOP for 2 s, past the TTL), freeze-15s, reset (ss -K of its peer-sync connections), kill (SIGKILL, then started again, the gateway retrying on another replica), flap (not ready for 5 s, then ready), clock-skew (its clock 3 s ahead, the whole run)")
 	fs.IntVar(&o.faultReplicas, "fault-replicas", 3, "replicas of the fault runs (one of --replicas)")
-	fs.IntVar(&o.faultSeeds, "fault-seeds", 1, "runs per fault (seeds 1, 2, ...), each with its baseline")
+	fs.IntVar(&o.faultSeeds, "fault-seeds", 3, "runs per fault (seeds 1, 2, ...), each with its baseline")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	kinds := fs.String("workloads", "multi-turn,shared-prefix", "workloads: multi-turn, shared-prefix")
 	sizes := fs.String("sizes", "fits,exceeds", "sizes: fits (the working set fits the fleet's KV caches), exceeds")
@@ -459,9 +459,14 @@ func (b *bench) scrapes() []int64 {
 // started again on other ports). The replicas that started are returned also with
 // an error; stop them with stopReplicas.
 func (b *bench) startReplicas(ns, dir string, reps []*eppreplica.Replica, config func(*eppreplica.Replica) string) ([]*eppProc, error) {
+	return b.startReplicasWith(ns, dir, reps, config, nil)
+}
+
+// startReplicasWith is startReplicas with env added to each replica's environment.
+func (b *bench) startReplicasWith(ns, dir string, reps []*eppreplica.Replica, config func(*eppreplica.Replica) string, env []string) ([]*eppProc, error) {
 	// --tracing=false: upstream's chart passes it (its default, true, prints every
 	// request's spans to stdout).
-	l := eppreplica.Launch{Bin: b.o.epp, Kubeconfig: b.env.Kubeconfig, Dir: dir, Args: []string{"--tracing=false"}, Logf: b.logf}
+	l := eppreplica.Launch{Bin: b.o.epp, Kubeconfig: b.env.Kubeconfig, Dir: dir, Args: []string{"--tracing=false"}, Env: env, Logf: b.logf}
 	ps, err := l.Start(ns, reps, func(i int) string { return config(reps[i]) })
 	var procs []*eppProc
 	for i, p := range ps {
