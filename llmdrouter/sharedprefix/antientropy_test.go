@@ -278,7 +278,8 @@ func TestAReplicaThatStartsFillsItsIndexFromEveryPeer(t *testing.T) {
 // way (each reaches the peer a few milliseconds after its replica took it),
 // exchanges between replicas that lose nothing find nothing to repair: the leaves
 // that changed within inFlight on either side are compared later. So anti-entropy
-// costs what differs, not what is in flight.
+// costs what differs, not what is in flight (a placement delayed past inFlight on a
+// loaded machine is a difference, and costs its blocks).
 func TestUnderTrafficAnExchangeRepairsOnlyWhatDiffers(t *testing.T) {
 	servers := []string{"ns/a", "ns/b", "ns/c", "ns/d"}
 	const capacity = 2000
@@ -325,8 +326,11 @@ func TestUnderTrafficAnExchangeRepairsOnlyWhatDiffers(t *testing.T) {
 	if errs := n.errors(); len(errs) != 0 {
 		t.Fatalf("messages refused: %v", errs)
 	}
-	if outcomes[outcomeAgreed] < 15 || received > 0 {
-		t.Errorf("exchanges between replicas that lose nothing: %v, %v blocks changed an index: want mostly agreed, none", outcomes, received)
+	// A placement later than inFlight (a timer late on a loaded machine) is a
+	// difference, and repaired: a few blocks, not what is in flight (with no
+	// exclusion, all 20 exchanges repaired, about 1,400 blocks sent).
+	if outcomes[outcomeAgreed] < 15 || sent > 200 {
+		t.Errorf("exchanges between replicas that lose nothing: %v, %v blocks sent (%v changed an index): want mostly agreed, a few blocks at most", outcomes, sent, received)
 	}
 }
 
