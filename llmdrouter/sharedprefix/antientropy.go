@@ -112,7 +112,8 @@ type antiEntropy struct {
 type aePeer struct {
 	firstSeen, lastAgreed time.Time
 	next                  time.Time // when this replica opens the next one
-	due                   bool      // a new connection: open one at once
+	due                   bool      // a new connection since the last open: open one at once
+	lastOpen              time.Time // when this replica last opened one with it
 	opens                 float64   // exchanges it may still open (a token bucket)
 	opensAt               time.Time
 	incoming              *side              // the exchange it opened, running
@@ -133,8 +134,9 @@ type side struct {
 	peer  string
 	round uint64
 	ctl   chan []byte   // the next control message from the peer
-	stop  chan struct{} // closed when the peer opens another (incoming)
+	stop  chan struct{} // closed when it is over here (end)
 	done  chan struct{} // closed at the peer's final part of blocks
+	once  sync.Once
 
 	mu       sync.Mutex
 	allowed  map[string]*leafSet // the leaves whose blocks may come
@@ -150,6 +152,10 @@ type leafKey struct {
 	server string
 	leaf   int
 }
+
+// end ends the exchange here: the peer opened another, or the connection it ran
+// on was replaced.
+func (s *side) end() { s.once.Do(func() { close(s.stop) }) }
 
 func newSide(peer string, round uint64) *side {
 	return &side{peer: peer, round: round, ctl: make(chan []byte, 1), stop: make(chan struct{}), done: make(chan struct{}),
@@ -172,10 +178,14 @@ func (a *antiEntropy) peer(id string, now time.Time) *aePeer {
 }
 
 // connected is the broadcast's Connected: this replica compares with peer at once
-// (what the gap lost, or everything when it starts).
+// (what the gap lost, or everything when it starts). An exchange it had opened
+// with the peer ends: its messages went on the connections that broke.
 func (a *antiEntropy) connected(peer string) {
 	a.mu.Lock()
 	a.peer(peer, time.Now()).due = true
+	if s := a.opening[peer]; s != nil {
+		s.end()
+	}
 	a.mu.Unlock()
 	a.poke()
 }
@@ -228,7 +238,7 @@ func (a *antiEntropy) run(ctx context.Context) {
 				if ap.incoming == nil && a.opening[id] == nil {
 					delete(a.peers, id)
 				}
-			} else if a.opening[id] == nil && (ap.due || !ap.next.After(now)) {
+			} else if a.opening[id] == nil && (ap.due || !ap.next.After(now)) && now.Sub(ap.lastOpen) >= a.openGap() {
 				due = append(due, id)
 			}
 		}
@@ -242,6 +252,7 @@ func (a *antiEntropy) run(ctx context.Context) {
 		due = due[:min(len(due), max(maxOpening-len(a.opening), 0))]
 		for _, id := range due {
 			a.opening[id] = newSide(id, rand.Uint64())
+			a.peers[id].due, a.peers[id].lastOpen = false, now
 		}
 		a.mu.Unlock()
 		a.p.m.disagreement.Set(a.disagreement(now).Seconds())
@@ -256,6 +267,12 @@ func (a *antiEntropy) run(ctx context.Context) {
 		}
 	}
 }
+
+// openGap is the least time between two exchanges this replica opens with one
+// peer, however often its connections come up: within the opens a peer allows
+// (opensPerInterval an interval), so that a flapping connection does not get this
+// replica cut off for exchange-rate.
+func (a *antiEntropy) openGap() time.Duration { return a.interval / opensPerInterval }
 
 // disagreement is the longest any peer has gone without an agreement with this
 // replica (since it was first seen, if never).
@@ -298,7 +315,8 @@ func (a *antiEntropy) completed(peer, role, outcome string, sent, received int) 
 		if !ok {
 			wait = a.interval / 4 // not ready, or broken: again soon
 		}
-		ap.due, ap.next = false, now.Add(time.Duration(float64(wait)*(0.8+0.4*rand.Float64())))
+		// A connection that came up meanwhile left due set: compared at once.
+		ap.next = now.Add(time.Duration(float64(wait) * (0.8 + 0.4*rand.Float64())))
 	}
 	a.mu.Unlock()
 	if ok {
@@ -635,7 +653,7 @@ func (a *antiEntropy) opened(peer string, round uint64, body []byte) error {
 		ap.opens--
 	}
 	if old := ap.incoming; old != nil {
-		close(old.stop)
+		old.end()
 	}
 	s := newSide(peer, round)
 	ap.incoming = s

@@ -226,6 +226,51 @@ func TestAnExchangeRepairsWhatTheLivePlacementsMissed(t *testing.T) {
 	}
 }
 
+// TestAConnectionThatFlapsDoesNotGetAReplicaCutOff: a connection that comes up
+// again and again (a peer restarting in a loop, a flaky network) makes a replica
+// compare at once each time, but never open more exchanges than its peer allows
+// (opensPerInterval an interval): the peer, counting opens, would cut it off for
+// exchange-rate, and the cut would bring the connection up once more. The two
+// still agree at the end.
+func TestAConnectionThatFlapsDoesNotGetAReplicaCutOff(t *testing.T) {
+	servers := []string{"ns/a", "ns/b"}
+	const capacity, interval = 200, 400 * time.Millisecond
+	n := newMemNet()
+	a := n.replica(t, "a", servers, capacity, interval)
+	b := n.replica(t, "b", servers, capacity, interval)
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, o := range workloadOf(rng, 500, 100, servers) {
+		a.idx.apply(o.server, capacity, o.at, 0, o.hashes)
+	}
+	aged(a)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.ae.run(ctx)
+	const flapping = 2 * time.Second
+	for end := time.Now().Add(flapping); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		a.ae.connected("b")
+	}
+	n.settle(t)
+	opened := 0.0
+	for _, o := range []string{outcomeAgreed, outcomeRepaired, outcomeNotReady, outcomeTimeout, outcomeFailed} {
+		opened += testutil.ToFloat64(a.m.exchanges.WithLabelValues("opened", o))
+	}
+	if limit := float64(flapping/interval*opensPerInterval + opensPerInterval); opened > limit {
+		t.Errorf("a opened %.0f exchanges with b in %v of 200 reconnections, want %.0f at most (%d an interval of %v)", opened, flapping, limit, opensPerInterval, interval)
+	}
+	if opened < float64(flapping/interval) {
+		t.Errorf("a opened %.0f exchanges with b in %v of reconnections, want one an interval at least", opened, flapping)
+	}
+	if errs := n.errors(); len(errs) != 0 {
+		t.Fatalf("b refused a's messages: %v", errs)
+	}
+	cancel()
+	aged(a, b)
+	if got := exchange(t, a, "b"); got != outcomeAgreed {
+		t.Errorf("after the flapping: %s, want agreed", got)
+	}
+}
+
 // TestAReplicaThatStartsFillsItsIndexFromEveryPeer: bootstrap is the same exchange
 // from an empty index. A replica that starts empty holds what its peers hold after
 // an exchange with each, even when each peer holds what the other lacks (a peer
