@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -26,12 +27,13 @@ type Gateway struct {
 	mu       sync.Mutex
 	replicas []Replica
 	inFlight map[string]int
+	held     map[string]chan struct{}
 	idle     *sync.Cond
 }
 
 // NewGateway lists replicas.
 func NewGateway(replicas ...Replica) *Gateway {
-	g := &Gateway{replicas: slices.Clone(replicas), inFlight: map[string]int{}}
+	g := &Gateway{replicas: slices.Clone(replicas), inFlight: map[string]int{}, held: map[string]chan struct{}{}}
 	g.idle = sync.NewCond(&g.mu)
 	return g
 }
@@ -48,6 +50,44 @@ func (g *Gateway) Remove(name string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.replicas = slices.DeleteFunc(g.replicas, func(r Replica) bool { return r.Name == name })
+}
+
+// Hold makes the requests sent to the replica named name wait, listed and in
+// flight, until release is called: what a replica whose process is frozen does to
+// the traffic (the gateway's requests queue on its connection), while the replica
+// itself runs on.
+func (g *Gateway) Hold(name string) (release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	ch := make(chan struct{})
+	g.held[name] = ch
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if g.held[name] == ch {
+				delete(g.held, name)
+			}
+			close(ch)
+		})
+	}
+}
+
+// wait returns once the replica named name is not held (Hold), or ctx ends.
+func (g *Gateway) wait(ctx context.Context, name string) error {
+	g.mu.Lock()
+	ch := g.held[name]
+	g.mu.Unlock()
+	if ch == nil {
+		return nil
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Drain waits until the replica named name, unlisted, has no request in flight

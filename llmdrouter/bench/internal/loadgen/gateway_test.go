@@ -1,6 +1,7 @@
 package loadgen
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -52,5 +53,41 @@ func TestGatewayListsAndDrains(t *testing.T) {
 	g.Remove("c")
 	if _, _, err := g.pick(0); err == nil {
 		t.Error("a pick with no replica listed did not fail")
+	}
+}
+
+// TestGatewayHoldsAReplicasRequests: while a replica is held, a request sent to it
+// waits (as on a frozen replica's connection) and the others' do not; released,
+// it goes on; a request whose deadline passes while held fails.
+func TestGatewayHoldsAReplicasRequests(t *testing.T) {
+	g := NewGateway(Replica{Name: "a"}, Replica{Name: "b"})
+	release := g.Hold("b")
+	if err := g.wait(context.Background(), "a"); err != nil {
+		t.Fatalf("a request to a, not held: %v", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- g.wait(context.Background(), "b") }()
+	select {
+	case err := <-waited:
+		t.Fatalf("a request to the held replica went on (%v)", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := g.wait(ctx, "b"); err == nil {
+		t.Error("a request held past its deadline did not fail")
+	}
+	release()
+	release() // twice is once
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Errorf("released: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a request to a released replica still waits")
+	}
+	if err := g.wait(context.Background(), "b"); err != nil {
+		t.Errorf("after the release: %v", err)
 	}
 }

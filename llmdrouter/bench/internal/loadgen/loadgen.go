@@ -184,6 +184,9 @@ func (o Options) send(ctx context.Context, client *http.Client, c workload.Conve
 	defer release()
 	rec.Replica = replica.Name
 	start := time.Now()
+	if err := o.Gateway.wait(ctx, replica.Name); err != nil {
+		return "", fmt.Errorf("routing: held by the gateway: %w", err)
+	}
 	r, err := replica.Client.Route(ctx, extproc.Call{Path: c.Path(), Body: body, ID: fmt.Sprintf("%s-%d-%d", o.RunID, c.ID, rec.Turn)})
 	if err != nil && o.Retry && ctx.Err() == nil {
 		other, releaseOther, perr := o.Gateway.pickOther(o.choice(c.ID, rec.Turn), replica.Name)
