@@ -22,21 +22,18 @@ import (
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/sharedprefix"
 )
 
-// The fault runs: the multi-turn workload that exceeds the caches (every server's
-// LRU and every index full), at faultRate times its rate, with one replica (the
-// second) faulted under traffic (simulated times, from the run's start; the faults
+// The fault runs: the multi-turn workload that fits, at faultRate times its rate,
+// with one replica (the second) faulted under traffic once every server's cache and
+// every index is full (simulated times, from the run's start; the faults
 // themselves last wall time, as a real freeze does).
 const (
 	// faultRate multiplies the workload's arrival rate: about 100 requests a
 	// second of wall time at the default speed-up (4), so that a freeze of 15 s
 	// leaves about 1,500 placements behind.
 	faultRate = 2
-	// faultArrivals: sessions arrive over this long (simulated): the fault, the
-	// longest one (a freeze of 15 s of wall time, 60 s simulated) and the window
-	// after it.
-	faultArrivals = 110 * time.Second
-	// faultAt: the fault starts then.
-	faultAt = 12 * time.Second
+	// faultAt: the fault starts then: by then the sessions have routed several
+	// times the fleet's caches (and each server's index, of the same capacity).
+	faultAt = 45 * time.Second
 	// faultWindow: the hit rate is taken over this long after the fault ends,
 	// against the same window of the same seed with no fault.
 	faultWindow = 30 * time.Second
@@ -62,6 +59,18 @@ const (
 
 var faultKinds = []string{faultFreeze, faultFreezeLong, faultReset, faultKill, faultFlap, faultSkew}
 
+// faultLasts is about how long (wall) fault kind takes, until the replica runs
+// again, listed: sessions arrive until the window after it is over.
+func faultLasts(kind string) time.Duration {
+	switch kind {
+	case faultFreeze, faultFreezeLong:
+		return frozenFor(kind)
+	case faultKill, faultFlap:
+		return 10 * time.Second
+	}
+	return 0
+}
+
 // frozenFor is how long a freeze lasts (wall).
 func frozenFor(kind string) time.Duration {
 	if kind == faultFreezeLong {
@@ -71,7 +80,10 @@ func frozenFor(kind string) time.Duration {
 }
 
 // faultResult is a run through a fault, or its baseline (the same seed, other
-// text, no fault, the windows at the fault run's times).
+// text, no fault, the windows at the fault run's times; a freeze's baseline has
+// the gateway hold the requests sent to the replica as long as the freeze lasted,
+// the replica running: a frozen replica's requests wait and their sessions fall
+// behind, which changes the traffic after it whatever the index does).
 type faultResult struct {
 	config, title string
 	replicas      int
@@ -121,23 +133,27 @@ func (b *bench) faults(c configuration, ns, home string, procs []*eppProc) error
 	return nil
 }
 
-// faultSpec is the fault runs' workload.
-func faultSpec() (workload.Spec, error) {
-	spec, err := preset(workload.MultiTurn, sizeExceeds, 1)
+// faultSpec is the fault runs' workload, for fault kind at speed-up (simulated
+// seconds a second): sessions arrive until faultWindow after the fault ends, and
+// 10 s more.
+func faultSpec(kind string, speedup float64) (workload.Spec, error) {
+	spec, err := preset(workload.MultiTurn, sizeFits, 1)
 	if err != nil {
 		return spec, err
 	}
 	spec.Rate *= faultRate
-	spec.Count = int(math.Round(spec.Rate * faultArrivals.Seconds()))
+	arrivals := faultAt + time.Duration(float64(faultLasts(kind))*speedup) + faultWindow + 10*time.Second
+	spec.Count = int(math.Round(spec.Rate * arrivals.Seconds()))
 	return spec, nil
 }
 
 // faultRun sends the fault workload of seed through procs and, at faultAt, faults
-// the second replica (along: this is that run's baseline, with no fault).
+// the second replica (along: this is that run's baseline, with no fault; for a
+// freeze, the gateway holds the replica's requests as long).
 func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, seed uint64, kind string, along *faultResult) (faultResult, error) {
 	n := len(procs)
 	fr := faultResult{config: c.name, title: c.title, replicas: n, seed: seed, fault: kind, baseline: along != nil, agreed: -1}
-	spec, err := faultSpec()
+	spec, err := faultSpec(kind, b.o.sim.speedup)
 	if err != nil {
 		return fr, err
 	}
@@ -187,6 +203,13 @@ func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, see
 	var faultEnd time.Duration
 	switch {
 	case along != nil:
+		if kind == faultFreeze || kind == faultFreezeLong {
+			// What the freeze does to the traffic, without what it does to the
+			// index: the requests sent to the replica wait as long, it runs.
+			release := gw.Hold(procs[1].Pod)
+			time.Sleep(frozenFor(kind))
+			release()
+		}
 		faultEnd = along.window.from
 	default:
 		if err := b.inject(c, ns, home, gw, procs, kind); err != nil {
@@ -206,7 +229,7 @@ func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, see
 	}
 	st1 := b.fleet.Stats()
 	fr.run = summarize(records, convs, b.o.sim.cfg.BlockTokens)
-	fr.run.config, fr.run.title, fr.run.replicas, fr.run.kind, fr.run.size, fr.run.seed = c.name, c.title, n, workload.MultiTurn, sizeExceeds, seed
+	fr.run.config, fr.run.title, fr.run.replicas, fr.run.kind, fr.run.size, fr.run.seed = c.name, c.title, n, workload.MultiTurn, sizeFits, seed
 	fr.run.wall = wall
 	fr.run.imbalance = b.fleet.TakeBalance().Imbalance()
 	fr.run.server = diff(st1, st0)
@@ -499,11 +522,11 @@ func (b *bench) faultTable() string {
 	if len(b.faultResults) == 0 {
 		return ""
 	}
-	spec, _ := faultSpec()
+	spec, _ := faultSpec(faultFreeze, b.o.sim.speedup)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "\n**Through faults** (multi-turn, exceeds, at %d× its rate: %s; every server's cache and every index full). At %v of simulated time, the second replica is faulted under traffic: frozen (SIGSTOP) for 2 s or 15 s of wall time, past the TTL and the readiness window, then SIGCONT; its peer-sync connections reset by the kernel (`ss -K`); killed (SIGKILL) and started again as its container would be (the same pod name and address, listed not ready meanwhile), behind a gateway that retries on another replica a request whose replica failed before it picked; listed not ready for %v (out of the peer set and of the gateway) and ready again (a flap); or, for the whole run, its clock %v ahead (clock skew). Agreed: from the fault's end until every pair of replicas had completed an anti-entropy exchange that found them holding the same (per-server digests equal but for what changed in the last 100 ms on either side; target ≤ %v). Differ: once the traffic is over, the servers whose digests differ between two replicas (target 0). Hit rate: the requests sent in the %v (simulated) after the fault ended, against the same window of the same seed with no fault (other text), and their ratio (target ≥ %.2f, paired by seed, with its 95%% interval in the summary). Lost: requests that failed, by phase (before the fault, during it, after).\n\n",
-		faultRate, describe(spec), faultAt, flapFor, skewBy, targetAgreed, faultWindow, targetHitRatio)
-	sb.WriteString("| configuration | replicas | fault | seed | agreed after | blocks repaired | servers differ | requests lost (before, during, after); retried | hit rate after (no fault) | ratio | errors |\n")
+	fmt.Fprintf(&sb, "\n**Through faults** (multi-turn, fits, at %d× its rate: %s, the sessions arriving until %v after the fault ends; by the fault, every server's cache and every index is full). At %v of simulated time, the second replica is faulted under traffic: frozen (SIGSTOP) for 2 s or 15 s of wall time, past the TTL and the readiness window, then SIGCONT; its peer-sync connections reset by the kernel (`ss -K`); killed (SIGKILL) and started again as its container would be (the same pod name and address, listed not ready meanwhile), behind a gateway that retries on another replica a request whose replica failed before it picked; listed not ready for %v (out of the peer set and of the gateway) and ready again (a flap); or, for the whole run, its clock %v ahead (clock skew). Agreed: from the fault's end until every pair of replicas had completed an anti-entropy exchange that found them holding the same (per-server digests equal but for what changed in the last 100 ms on either side; target ≤ %v). Differ: once the traffic is over, the servers whose digests differ between two replicas (target 0). Hit rate: the requests sent in the %v (simulated) after the fault ended, against the same window of the same seed with no fault (other text), and their ratio (target ≥ %.2f, paired by seed, with its 95%% interval in the summary), with the window's requests. A freeze's baseline has the gateway hold the requests it sends to that replica for as long as the freeze lasted, the replica running and its index in step: a frozen replica's requests wait and their sessions fall behind, which crowds the window after it whatever the index does; the held baseline measures what the freeze costs the index alone. Lost: requests that failed, by phase (before the fault, during it, after).\n\n",
+		faultRate, describe(spec), faultWindow+10*time.Second, faultAt, flapFor, skewBy, targetAgreed, faultWindow, targetHitRatio)
+	sb.WriteString("| configuration | replicas | fault | seed | agreed after | blocks repaired | servers differ | requests lost (before, during, after); retried | hit rate after (baseline); requests | ratio | errors |\n")
 	sb.WriteString("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	ratios := map[string][]float64{}
 	agreedMet := map[string]bool{}
@@ -522,7 +545,7 @@ func (b *bench) faultTable() string {
 		agreedMet[fr.fault] = agreedMet[fr.fault] && fr.agreed >= 0 && fr.agreed <= targetAgreed && fr.differing == 0
 		hit, rat := fmt.Sprintf("%.3f", fr.window.hitRate()), "–"
 		if base != nil && base.window.requests > 0 && base.window.hitRate() > 0 {
-			hit += fmt.Sprintf(" (%.3f)", base.window.hitRate())
+			hit += fmt.Sprintf(" (%.3f); %d (%d)", base.window.hitRate(), fr.window.requests, base.window.requests)
 			r := fr.window.hitRate() / base.window.hitRate()
 			rat = fmt.Sprintf("%.3f", r)
 			ratios[fr.fault] = append(ratios[fr.fault], r)
@@ -536,7 +559,7 @@ func (b *bench) faultTable() string {
 			hit, rat, fmt.Sprint(errs)}
 		sb.WriteString("| " + strings.Join(cells, " | ") + " |\n")
 	}
-	sb.WriteString("\n| fault | seeds | every pair agreed within 2 s, none differing at the end | hit rate after, paired ratio to no fault |\n|---|---:|---|---:|\n")
+	sb.WriteString("\n| fault | seeds | every pair agreed within 2 s, none differing at the end | hit rate after, paired ratio to the baseline |\n|---|---:|---|---:|\n")
 	for _, kind := range b.o.faultKinds {
 		rs := ratios[kind]
 		if len(rs) == 0 {

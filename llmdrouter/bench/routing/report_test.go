@@ -138,8 +138,8 @@ func TestReportTablesAndPlot(t *testing.T) {
 		"replicas that share the prefix index hit it 0.990 [0.990, 0.990] at 3 and 0.960 [0.885, 1.035] at 8 times as often as one replica does on upstream's default profile",
 		"at least 0.97× is shown in 2 of 4 cases",
 		// The faults.
-		"| shared prefix index | 3 | freeze | 1 | 40 ms: met | 12 | 0: met | 0, 0, 0; 0 | 0.700 (0.710) | 0.986 | 0 |",
-		"| shared prefix index | 3 | freeze | 2 | 3.00 s: **missed** | 20 | 0: met | 0, 1, 0; 0 | 0.690 (0.700) | 0.986 | 0 |",
+		"| shared prefix index | 3 | freeze | 1 | 40 ms: met | 12 | 0: met | 0, 0, 0; 0 | 0.700 (0.710); 10 (10) | 0.986 | 0 |",
+		"| shared prefix index | 3 | freeze | 2 | 3.00 s: **missed** | 20 | 0: met | 0, 1, 0; 0 | 0.690 (0.700); 10 (10) | 0.986 | 0 |",
 		"| freeze | 2 | **missed** | 0.986 [0.985, 0.987]: met |",
 		// The rolling restart.
 		"| shared prefix index | 3 | 1 | 0.700, 1.00 (20–40 s) | 0.650, 0.75 (40–70 s) | 0.690, 1.00 (70–120 s) | 2.00 s–2.00 s | 2 of 3 (80 ms–120 ms) | 105 of 300 | 0 |",

@@ -107,7 +107,7 @@ func parseRunOptions(args []string) (runOptions, error) {
 	fs.IntVar(&o.restartReplicas, "restart-replicas", 3, "replicas of the rolling restart runs (one of --replicas)")
 	fs.IntVar(&o.restartSeeds, "restart-seeds", 1, "rolling restart runs per configuration (seeds 1, 2, ...)")
 	baselines := fs.String("restart-baseline", "shared-index", "configurations (of --restart) that also run each rolling restart's workload without a restart, split at the same times (\"\": none)")
-	faults := fs.String("faults", "shared-index", "configurations (of --configs, sharing the index) that also run the multi-turn workload that exceeds the caches, at twice its rate, through each fault of --fault-kinds (\"\": none)")
+	faults := fs.String("faults", "shared-index", "configurations (of --configs, sharing the index) that also run the multi-turn workload that fits, at twice its rate and once the caches are full, through each fault of --fault-kinds (\"\": none)")
 	faultKindsFlag := fs.String("fault-kinds", strings.Join(faultKinds, ","), "faults of the fault runs: freeze (SIGSTOP for 2 s, past the TTL), freeze-15s, reset (ss -K of its peer-sync connections), kill (SIGKILL, then started again, the gateway retrying on another replica), flap (not ready for 5 s, then ready), clock-skew (its clock 3 s ahead, the whole run)")
 	fs.IntVar(&o.faultReplicas, "fault-replicas", 3, "replicas of the fault runs (one of --replicas)")
 	fs.IntVar(&o.faultSeeds, "fault-seeds", 3, "runs per fault (seeds 1, 2, ...), each with its baseline")
