@@ -190,6 +190,7 @@ func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, see
 	if err != nil {
 		return fr, err
 	}
+	procs0 := slices.Clone(procs) // whose counters m0 holds
 	gw := loadgen.NewGateway(gatewayReplicas(procs)...)
 	opts := loadgen.Options{Clock: b.fleet.Clock, Gateway: gw, Servers: b.servers, Model: b.o.sim.cfg.Model, Retry: kind == faultKill,
 		Seed: seed, RunID: fmt.Sprintf("fault-%s-%s%d-%d-%v", kind, c.name, n, seed, fr.baseline), Timeout: 30 * time.Second, Start: b.fleet.Clock.Now()}
@@ -275,9 +276,9 @@ func (b *bench) faultRun(c configuration, ns, home string, procs []*eppProc, see
 	for i := range m1 {
 		if i < len(m0) {
 			d := m1[i].repairReceived - m0[i].repairReceived
-			if kind == faultKill && i == 1 && along == nil {
-				// A new process, its counters from 0: what it repaired since it
-				// started (its bootstrap and after); the killed one's are gone.
+			if procs[i] != procs0[i] {
+				// Started again during the run, its counters from 0: what it
+				// repaired since (its bootstrap and after); the old one's are gone.
 				d = m1[i].repairReceived
 			}
 			fr.repaired += d
