@@ -289,20 +289,27 @@ func (b *Broadcast) Peers() []string {
 	return out
 }
 
-// inbound reports whether peer is connected to this replica.
-func (s *Syncer) inbound(peer string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	rec := s.peers[peer]
-	return rec != nil && rec.in != nil
-}
-
 // Stats are the messages published and received.
 func (b *Broadcast) Stats() (sent, received uint64) { return b.sent.Load(), b.received.Load() }
 
-// broadcastConnUp runs when this replica is connected to peer both ways, its own
-// connection taking broadcasts: each broadcast's consumer hears of it.
-func (s *Syncer) broadcastConnUp(peer string) {
+// connectedBothWays runs when either of this replica's connections with peer comes
+// up (its own taking broadcasts, or the peer's admitted): when both are up, each
+// broadcast's consumer hears of it, once for the pair of connections, whichever
+// side came up last and however the two sides' goroutines interleave.
+func (s *Syncer) connectedBothWays(peer string) {
+	s.mu.Lock()
+	rec := s.peers[peer]
+	if rec == nil || rec.in == nil || rec.out == nil {
+		s.mu.Unlock()
+		return
+	}
+	c := rec.out.conn.Load()
+	if c == nil || !c.broadcasts.Load() || (rec.upIn == rec.in && rec.upOut == c) {
+		s.mu.Unlock()
+		return
+	}
+	rec.upIn, rec.upOut = rec.in, c
+	s.mu.Unlock()
 	s.broadcasts.Range(func(_, v any) bool {
 		if b := v.(*Broadcast); b.o.Connected != nil {
 			go b.o.Connected(peer)

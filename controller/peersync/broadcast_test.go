@@ -8,6 +8,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -306,5 +307,88 @@ func TestWindowsFallOnTheWallClocksGrid(t *testing.T) {
 	s.o.ReadTick = 5 * time.Millisecond
 	if got := b.flushAt(base.Add(3 * time.Millisecond)).Sub(base); got != 5*time.Millisecond {
 		t.Errorf("with a 5ms read tick, a window opened 3ms past a grid instant flushes %v past it, want 5ms (the tick)", got)
+	}
+}
+
+// TestConnectedIsCalledOncePerPairOfConnections: the two sides of a peer's
+// connections come up in goroutines of their own, in any order and at once; a
+// broadcast's consumer hears that the peer is connected both ways exactly once
+// for each pair of connections, never before both are up (a consumer that opens
+// a repair on each call would open it twice, or never).
+func TestConnectedIsCalledOncePerPairOfConnections(t *testing.T) {
+	s, _ := benchSyncer(t, 1, 0) // ns/epp-0, connected to this replica
+	var calls sync.Map
+	var wg sync.WaitGroup
+	if _, err := s.Broadcast("index", BroadcastOptions{Receive: func(string, []byte) error { return nil }, Connected: func(peer string) {
+		defer wg.Done()
+		v, _ := calls.LoadOrStore(peer, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	count := func() int {
+		v, ok := calls.Load("ns/epp-0")
+		if !ok {
+			return 0
+		}
+		return int(v.(*atomic.Int64).Load())
+	}
+	s.mu.Lock()
+	rec := s.peers["ns/epp-0"]
+	rec.out = &outStream{}
+	s.mu.Unlock()
+	bothSidesAtOnce := func() {
+		var sides sync.WaitGroup
+		for range 8 {
+			sides.Add(1)
+			go func() { defer sides.Done(); s.connectedBothWays("ns/epp-0") }()
+		}
+		sides.Wait()
+	}
+
+	c := &outConn{}
+	rec.out.conn.Store(c)
+	bothSidesAtOnce() // this replica's connection does not take broadcasts yet
+	if n := count(); n != 0 {
+		t.Fatalf("Connected called %d times before this replica's connection took broadcasts", n)
+	}
+	wg.Add(1)
+	c.broadcasts.Store(true)
+	bothSidesAtOnce()
+	wg.Wait()
+	if n := count(); n != 1 {
+		t.Fatalf("Connected called %d times for one pair of connections, want 1", n)
+	}
+
+	// The peer's connection is replaced (a reconnect): a new pair, heard of once.
+	wg.Add(1)
+	s.mu.Lock()
+	rec.in = &inStream{rec: rec}
+	s.mu.Unlock()
+	bothSidesAtOnce()
+	wg.Wait()
+	if n := count(); n != 2 {
+		t.Fatalf("Connected called %d times after the peer's connection was replaced, want 2", n)
+	}
+
+	// This replica's own connection is replaced too.
+	wg.Add(1)
+	c2 := &outConn{}
+	c2.broadcasts.Store(true)
+	rec.out.conn.Store(c2)
+	bothSidesAtOnce()
+	wg.Wait()
+	if n := count(); n != 3 {
+		t.Fatalf("Connected called %d times after this replica's connection was replaced, want 3", n)
+	}
+
+	// Without the peer's connection, nothing.
+	s.mu.Lock()
+	rec.in = nil
+	s.mu.Unlock()
+	bothSidesAtOnce()
+	time.Sleep(20 * time.Millisecond)
+	if n := count(); n != 3 {
+		t.Fatalf("Connected called with no connection from the peer (%d calls)", n)
 	}
 }

@@ -42,6 +42,11 @@ type peerRec struct {
 	out     *outStream
 	timer   *time.Timer // expiry after a connection ended
 
+	// upIn and upOut are the connections the broadcasts' consumers last heard
+	// were up both ways (Syncer.connectedBothWays).
+	upIn  *inStream
+	upOut *outConn
+
 	// budget is what the peer may still cost this replica: every frame it sends,
 	// and every message sent to it alone (Options.PeerBudget).
 	budget tokenBucket

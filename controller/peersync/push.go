@@ -345,6 +345,7 @@ func (s *Syncer) whileListed(ctx context.Context) (context.Context, context.Canc
 // ctx ends; it reports whether the connection failed.
 func (o *outStream) hold(ctx context.Context, s *Syncer, conn net.Conn) bool {
 	c := &outConn{c: conn, broken: make(chan struct{}), q: newSendQueue(DefaultSendQueueBytes)}
+	o.conn.Store(c) // before the peer's features are read: connectedBothWays finds it
 	closed := make(chan struct{})
 	go func() {
 		// After its banner the peer writes its features line, if any, and nothing
@@ -353,9 +354,7 @@ func (o *outStream) hold(ctx context.Context, s *Syncer, conn net.Conn) bool {
 		if line, err := br.ReadString('\n'); err == nil {
 			if fs, ok := wire.ParseFeaturesLine(line); ok && slices.Contains(fs, wire.FeatureExchange) {
 				c.broadcasts.Store(true)
-				if s.inbound(o.peer.ID()) {
-					s.broadcastConnUp(o.peer.ID()) // connected both ways now
-				}
+				s.connectedBothWays(o.peer.ID())
 			}
 		}
 		_, _ = io.Copy(io.Discard, br)
@@ -363,7 +362,6 @@ func (o *outStream) hold(ctx context.Context, s *Syncer, conn net.Conn) bool {
 	}()
 	wrote := make(chan struct{})
 	go func() { defer close(wrote); o.writeLoop(s, c) }()
-	o.conn.Store(c)
 	defer func() {
 		o.conn.CompareAndSwap(c, nil)
 		c.fail()

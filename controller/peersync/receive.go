@@ -103,15 +103,11 @@ func (s *Syncer) serveConn(ctx context.Context, conn net.Conn, ip string, admitt
 	admitted()
 	rec := in.rec
 	s.mu.Lock()
-	var oc *outConn
 	if o := rec.out; o != nil {
 		o.up()
-		oc = o.conn.Load()
 	}
 	s.mu.Unlock()
-	if oc != nil && oc.broadcasts.Load() {
-		s.broadcastConnUp(rec.id) // connected both ways now
-	}
+	s.connectedBothWays(rec.id)
 	br := bufio.NewReaderSize(conn, 64<<10)
 	// One message at a time: its buffer and decoded form are reused (what a message
 	// defines is copied out, values into their cells).
