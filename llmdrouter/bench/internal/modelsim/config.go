@@ -27,7 +27,23 @@ type Config struct {
 	StepPerSequence time.Duration
 	// PrefillPerToken is what each prefilled (uncached) prompt token adds to a step.
 	PrefillPerToken time.Duration
+	// Page is what /metrics renders (the zero value is VLLMPage).
+	Page MetricsPage
 }
+
+// MetricsPage is a choice of the families /metrics renders.
+type MetricsPage string
+
+const (
+	// VLLMPage is a vLLM v1 server's page: every family vLLM registers by
+	// default, histograms with their buckets (about 39 KiB; see metrics.go).
+	VLLMPage MetricsPage = "vllm"
+	// CorePage is the gauges llm-d-router's core-metrics-extractor reads and the
+	// counters of tokens and requests, with vLLM's names and labels (under 2 KiB):
+	// for benches whose replicas would otherwise spend the machine's cores parsing
+	// pages rather than routing (DECISIONS: "The model servers' metrics page").
+	CorePage MetricsPage = "core"
+)
 
 // DefaultConfig is a Llama-3.1-8B-class model (BF16) served by vLLM on one NVIDIA
 // A100 40GB, with the block size llm-d-router's prefix index uses:
@@ -64,6 +80,11 @@ func DefaultConfig() Config {
 	}
 }
 
+// ContextTokens is the longest request the server takes, prompt and answer, in
+// tokens: its KV cache's size (vLLM's max_model_len, which the buckets of its
+// request-length histograms go up to; 131,072 for Llama-3.1-8B).
+func (c Config) ContextTokens() int { return c.CapacityBlocks * c.BlockTokens }
+
 // Validate reports the first field out of range.
 func (c Config) Validate() error {
 	var errs []error
@@ -78,6 +99,9 @@ func (c Config) Validate() error {
 	check("max batched tokens", c.MaxBatchedTokens, 1)
 	if c.StepBase <= 0 || c.StepPerSequence < 0 || c.PrefillPerToken < 0 {
 		errs = append(errs, errors.New("step costs: want a positive base and no negative cost"))
+	}
+	if c.Page != "" && c.Page != VLLMPage && c.Page != CorePage {
+		errs = append(errs, fmt.Errorf("metrics page: %q, want %q or %q", c.Page, VLLMPage, CorePage))
 	}
 	if c.Model == "" {
 		errs = append(errs, errors.New("model: want a name"))

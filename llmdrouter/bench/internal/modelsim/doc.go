@@ -24,9 +24,11 @@
 //     StepBase + StepPerSequence per decoding request + PrefillPerToken per
 //     prefilled (uncached) token. A request's first token comes at the end of the
 //     step that completes its prefill.
-//   - vLLM's Prometheus metrics, under vLLM's names (see Server.WriteMetrics), which
-//     llm-d-router's core-metrics-extractor maps for its queue, KV-cache and
-//     prefix-cache plugins.
+//   - vLLM's Prometheus metrics (see Server.WriteMetrics): by default the page a
+//     vLLM v1 server renders (VLLMPage: its default families, histograms with
+//     their buckets, about 39 KiB), or only what llm-d-router's
+//     core-metrics-extractor maps for its queue, KV-cache and prefix-cache plugins
+//     (CorePage), under vLLM's names either way.
 //
 // Time is simulated: a Clock runs Speedup times faster than the wall clock, so a
 // benchmark covers more simulated time than it waits. Every server of a Fleet shares

@@ -1,6 +1,7 @@
 package modelsim
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -140,47 +141,31 @@ func writeError(w http.ResponseWriter, code int, err error) {
 	_ = json.NewEncoder(w).Encode(map[string]any{"error": map[string]any{"message": err.Error(), "code": code}})
 }
 
-// WriteMetrics writes the server's metrics in Prometheus' text format, under the
-// names vLLM gives them: the gauges llm-d-router's core-metrics-extractor reads for
-// vLLM (vllm:num_requests_waiting, vllm:num_requests_running,
-// vllm:kv_cache_usage_perc, a fraction, and vllm:cache_config_info with block_size
-// and num_gpu_blocks as labels, which the approximate prefix index's autoTune
-// reads), and the counters of prefix-cache queries and hits (in tokens), prompt and
-// generation tokens and finished requests.
+// WriteMetrics writes the server's /metrics page in Prometheus' text format, as a
+// vLLM v1 server with one engine renders it (see metrics.go): among its families
+// the gauges llm-d-router's core-metrics-extractor reads for vLLM
+// (vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc,
+// a fraction, and vllm:cache_config_info with block_size and num_gpu_blocks as
+// labels, which the approximate prefix index's autoTune reads), vLLM's counters
+// and its default histograms with their buckets, fed by the simulated requests.
 func (s *Server) WriteMetrics(w io.Writer) {
 	s.mu.Lock()
-	st, stats := s.state(), s.stats
+	st, stats, engine := s.state(), s.stats, s.engine.clone()
 	s.mu.Unlock()
-	writeMetrics(w, s.cfg, st, stats)
+	writeMetrics(w, s.cfg, st, stats, engine)
 }
 
-// WriteIdleMetrics writes the metrics of a server of cfg with nothing running,
-// waiting or cached (the capacity bench's servers, which answer at once).
-func WriteIdleMetrics(w io.Writer, cfg Config) { writeMetrics(w, cfg, State{}, Stats{}) }
+// IdleMetrics is the /metrics page of a server of cfg with nothing running,
+// waiting or cached, nothing served yet (the capacity bench's servers, which
+// answer at once): as long as a busy server's page, within a few bytes.
+func IdleMetrics(cfg Config) []byte {
+	var b bytes.Buffer
+	writeMetrics(&b, cfg, State{}, Stats{}, newEngineMetrics(cfg.ContextTokens()))
+	return b.Bytes()
+}
 
 // Immediate is the response to req answered at once with text, for a prompt of
 // promptTokens, nothing cached: what a server that costs nothing answers.
 func Immediate(req Request, promptTokens int, text string) Response {
 	return response(req, Result{PromptTokens: promptTokens, OutputTokens: req.OutputTokens(), Text: text})
-}
-
-func writeMetrics(w io.Writer, cfg Config, st State, stats Stats) {
-	m := strconv.Quote(cfg.Model)
-	gauge := func(name, help string, v float64) {
-		_, _ = fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s gauge\n%s{model_name=%s} %g\n", name, help, name, name, m, v)
-	}
-	counter := func(name, help string, v int64) {
-		_, _ = fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s counter\n%s_total{model_name=%s} %d\n", name, help, name, name, m, v)
-	}
-	gauge("vllm:num_requests_running", "Number of requests in model execution batches.", float64(st.Running))
-	gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", float64(st.Waiting))
-	gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", st.Usage)
-	_, _ = fmt.Fprintf(w, "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n# TYPE vllm:cache_config_info gauge\n"+
-		"vllm:cache_config_info{block_size=\"%d\",cache_dtype=\"auto\",enable_prefix_caching=\"True\",gpu_memory_utilization=\"0.9\",num_gpu_blocks=\"%d\"} 1\n",
-		cfg.BlockTokens, cfg.CapacityBlocks)
-	counter("vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens.", stats.PromptTokens)
-	counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.", stats.CachedTokens)
-	counter("vllm:prompt_tokens", "Number of prefill tokens processed.", stats.PromptTokens)
-	counter("vllm:generation_tokens", "Number of generation tokens processed.", stats.OutputTokens)
-	counter("vllm:request_success", "Count of successfully processed requests.", stats.Requests)
 }

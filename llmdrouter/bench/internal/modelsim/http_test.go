@@ -76,9 +76,16 @@ func TestHTTPAnswersAsOpenAIWithCachedTokens(t *testing.T) {
 // metrics data source does and runs upstream's core-metrics-extractor (the vLLM
 // mapping, unchanged) on them, while requests run and wait: the endpoint's queue,
 // running requests, KV-cache usage and cache configuration come out as the server
-// has them.
+// has them, on both pages.
 func TestMetricsAsLLMDRouterReadsThem(t *testing.T) {
+	for _, page := range []MetricsPage{VLLMPage, CorePage} {
+		t.Run(string(page), func(t *testing.T) { testMetricsAsLLMDRouterReadsThem(t, page) })
+	}
+}
+
+func testMetricsAsLLMDRouterReadsThem(t *testing.T, page MetricsPage) {
 	cfg := DefaultConfig()
+	cfg.Page = page
 	cfg.MaxRunning = 2
 	cfg.CapacityBlocks = 100
 	s := startServer(t, cfg, 0.05) // slow: the requests stay while the test looks

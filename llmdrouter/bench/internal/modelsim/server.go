@@ -21,6 +21,7 @@ type Server struct {
 	waiting []*request // in arrival order
 	running []*request // in admission order
 	stats   Stats
+	engine  *engineMetrics // the page's histograms and extra counters
 	wake    chan struct{}
 	scrapes atomic.Int64
 }
@@ -78,6 +79,7 @@ type request struct {
 	chunk     int // tokens prefilled in the current step
 	prefilled bool
 	generated int
+	lastToken time.Duration // when its last token came
 	aborted   bool
 	result    Result
 	done      chan struct{}
@@ -88,7 +90,7 @@ func NewServer(cfg Config, clock *Clock) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, clock: clock, cache: NewCache(cfg.CapacityBlocks), wake: make(chan struct{}, 1)}, nil
+	return &Server{cfg: cfg, clock: clock, cache: NewCache(cfg.CapacityBlocks), engine: newEngineMetrics(cfg.ContextTokens()), wake: make(chan struct{}, 1)}, nil
 }
 
 // Config is the server's configuration.
@@ -220,6 +222,7 @@ func (s *Server) plan() time.Duration {
 // progress (a completed one caches its prompt's blocks and has its first token),
 // and finished or aborted requests leave.
 func (s *Server) apply(end time.Duration) {
+	computed := 0
 	s.running = slices.DeleteFunc(s.running, func(r *request) bool {
 		switch {
 		case r.aborted:
@@ -228,13 +231,18 @@ func (s *Server) apply(end time.Duration) {
 			return true
 		case r.prefilled:
 			r.generated++
+			computed++
+			s.engine.token(end - r.lastToken)
+			r.lastToken = end
 		case r.chunk > 0:
+			computed += r.chunk
 			r.toPrefill -= r.chunk
 			r.chunk = 0
 			if r.toPrefill == 0 {
 				r.prefilled = true
 				r.generated = 1
-				r.result.FirstToken = end
+				r.result.FirstToken, r.lastToken = end, end
+				s.engine.firstToken(end - r.arrival)
 				s.cache.Commit(r.alloc, r.tokens.PromptBlocks[r.hit:])
 			}
 		}
@@ -244,6 +252,9 @@ func (s *Server) apply(end time.Duration) {
 		s.finish(r, end)
 		return true
 	})
+	if computed > 0 {
+		s.engine.step(computed)
+	}
 }
 
 // finish caches the answer's full blocks, frees the request's blocks and answers.
@@ -259,6 +270,7 @@ func (s *Server) finish(r *request, end time.Duration) {
 	r.result.PromptTokens, r.result.CachedTokens, r.result.OutputTokens = t.Prompt, cached, t.Output
 	r.result.Text = string(t.Answer)
 	r.result.Finished = end
+	s.engine.finished(r.result)
 	close(r.done)
 }
 
