@@ -19,10 +19,14 @@ type modelsimFlags struct {
 	speedup float64
 }
 
-// register adds the flags to fs, with capacity blocks as the KV cache's default.
-func (m *modelsimFlags) register(fs *flag.FlagSet, capacity int) {
+// register adds the flags to fs, with capacity blocks as the KV cache's default
+// and page as the metrics page's.
+func (m *modelsimFlags) register(fs *flag.FlagSet, capacity int, page modelsim.MetricsPage) {
 	m.cfg = modelsim.DefaultConfig()
 	m.cfg.CapacityBlocks = capacity
+	m.cfg.Page = page
+	fs.Func("metrics-page", fmt.Sprintf("what each server's /metrics renders: %q (a vLLM v1 server's page, histograms included) or %q (the families llm-d-router reads; default %q)", modelsim.VLLMPage, modelsim.CorePage, page),
+		func(v string) error { m.cfg.Page = modelsim.MetricsPage(v); return nil })
 	fs.IntVar(&m.cfg.CapacityBlocks, "capacity-blocks", m.cfg.CapacityBlocks, "each server's KV cache, in blocks")
 	fs.IntVar(&m.cfg.BlockTokens, "block-tokens", m.cfg.BlockTokens, "tokens per KV-cache block")
 	fs.IntVar(&m.cfg.MaxRunning, "max-running", m.cfg.MaxRunning, "requests a server runs at once at most (vLLM's max_num_seqs)")
@@ -49,7 +53,7 @@ func (m *modelsimFlags) validate() error {
 func modelsimMain(args []string) error {
 	fs := flag.NewFlagSet("modelsim", flag.ExitOnError)
 	var m modelsimFlags
-	m.register(fs, modelsim.DefaultConfig().CapacityBlocks)
+	m.register(fs, modelsim.DefaultConfig().CapacityBlocks, modelsim.VLLMPage)
 	servers := fs.Int("servers", 8, "how many servers")
 	host := fs.String("host", "127.0.0.1", "the address the servers listen on")
 	port := fs.Int("port", 8000, "server i listens on port+i")

@@ -101,7 +101,7 @@ func splitList(s string) []string {
 func parseRunOptions(args []string) (runOptions, error) {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var o runOptions
-	o.sim.register(fs, benchCapacity)
+	o.sim.register(fs, benchCapacity, modelsim.CorePage) // DECISIONS: "The model servers' metrics page"
 	configs := fs.String("configs", "single,single-shared,single-active,single-peer,local,shared-index-default,shared-index", "configurations, in order: single (one replica), single-shared (one replica with the shared index: a control), single-active (one replica with peer's profile: a control), single-peer (single-active with peer-syncer: a control), local (LocalSyncer), local-active (LocalSyncer with peer's profile: a control), peer (peer-syncer), shared-index-default (the shared prefix index on the default profile), shared-index-tick (shared-index-default with peer-syncer's readTick at 10ms; not in the default set), shared-index (peer and the shared prefix index)")
 	restart := fs.String("restart", "local,peer,shared-index", "configurations (of --configs) that also run the multi-turn workload that fits through a rolling restart of their replicas (\"\": none)")
 	fs.IntVar(&o.restartReplicas, "restart-replicas", 3, "replicas of the rolling restart runs (one of --replicas)")
