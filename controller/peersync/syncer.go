@@ -325,6 +325,10 @@ func setDefault[T int | time.Duration](v *T, def T) {
 	}
 }
 
+// ID is this replica's name as its peers know it ("namespace/name", as
+// peers.PeerMetadata.ID gives theirs and Message.Peer names them).
+func (s *Syncer) ID() string { return s.o.Self.Namespace + "/" + s.o.Self.Name }
+
 // Interval is the push interval in force.
 func (s *Syncer) Interval() time.Duration { return s.o.Interval }
 
