@@ -114,7 +114,7 @@ test-unit: ## Unit tests (no API server).
 	go test $(GO_TEST_FLAGS) -count=1 $$(go list ./controller/... | grep -v '/controller/integration\|/controller/faults')
 
 .PHONY: test-fuzz
-test-fuzz: llmdrouter-work ## Fuzz the peer-set computation, its incremental State against it, the peers-file parser, the peer-sync wire (messages, values, broadcasts) and the shared prefix index's placements and exchanges, FUZZTIME each (default 15s).
+test-fuzz: llmdrouter-work ## Fuzz the peer-set computation, its incremental State against it, the peers-file parser, the peer-sync wire (messages, values, broadcasts) the shared prefix index's placements and exchanges, and the fleet metrics' shares, FUZZTIME each (default 15s).
 	hack/fuzz.sh ./controller/peerset FuzzCompute $(FUZZFLAGS)
 	hack/fuzz.sh ./controller/peerset FuzzState $(FUZZFLAGS)
 	hack/fuzz.sh ./controller/peerfile FuzzParse $(FUZZFLAGS)
@@ -123,6 +123,7 @@ test-fuzz: llmdrouter-work ## Fuzz the peer-set computation, its incremental Sta
 	hack/fuzz.sh ./controller/peersync/internal/wire FuzzParseBroadcast $(FUZZFLAGS)
 	cd llmdrouter && GOWORK=$(LLMD_WORK) ../hack/fuzz.sh ./sharedprefix FuzzParsePlacement $(FUZZFLAGS)
 	cd llmdrouter && GOWORK=$(LLMD_WORK) ../hack/fuzz.sh ./sharedprefix FuzzExchangeMessage $(FUZZFLAGS)
+	cd llmdrouter && GOWORK=$(LLMD_WORK) ../hack/fuzz.sh ./fleetmetrics FuzzDecodeShare $(FUZZFLAGS)
 
 .PHONY: test-integration
 test-integration: k8s ## Integration tests on a real kube-apiserver and etcd (envtest): the wiring, a host manager, bin/epp black-box, and faults (refused, reset, black-holed, TLS, 5xx, Role removed, API server restart, 50 replicas against a stopped server).

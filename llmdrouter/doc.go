@@ -1,6 +1,7 @@
 // Package llmdrouter is epp-peer-discovery for llm-d-router's Endpoint Picker (EPP):
 // its plugins (peer discovery, a cross-replica state syncer over the discovered peers,
-// and a prefix-cache index shared over the syncer's connections), registered in the EPP's plugin registry with Register, and (in
+// a prefix-cache index shared over the syncer's connections, and a metrics data
+// source that scrapes each model server once for the fleet), registered in the EPP's plugin registry with Register, and (in
 // package wiring) the start of the configured peer discovery that the EPP's runner
 // lacks. cmd/epp is an EPP build with both: upstream's runner, unchanged, plus these.
 //
@@ -16,16 +17,18 @@
 package llmdrouter
 
 import (
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/fleetmetrics"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peerdiscovery"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/peersyncer"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/sharedprefix"
 )
 
 // Register registers every plugin type of this module in the EPP's plugin registry
-// (see peerdiscovery.Register, peersyncer.Register and sharedprefix.Register). Call
-// it once, before the runner runs.
+// (see peerdiscovery.Register, peersyncer.Register, sharedprefix.Register and
+// fleetmetrics.Register). Call it once, before the runner runs.
 func Register() {
 	peerdiscovery.Register()
 	peersyncer.Register()
 	sharedprefix.Register()
+	fleetmetrics.Register()
 }
