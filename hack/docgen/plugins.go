@@ -20,6 +20,7 @@ import (
 var pluginParams = []struct{ section, plugin, file, typ string }{
 	{"peer-syncer-parameters", "peer-syncer", "llmdrouter/peersyncer/plugin.go", "Parameters"},
 	{"shared-prefix-parameters", "shared-prefix-cache-producer", "llmdrouter/sharedprefix/plugin.go", "Parameters"},
+	{"fleet-metrics-parameters", "fleet-metrics-data-source", "llmdrouter/fleetmetrics/plugin.go", "Parameters"},
 }
 
 // pluginParametersTable is a table of the fields of typ in file: one row for each
@@ -101,6 +102,8 @@ func typeName(e ast.Expr) string {
 			return "duration"
 		}
 		return t.Sel.Name
+	case *ast.ArrayType:
+		return "list of " + typeName(t.Elt)
 	}
 	return "value"
 }
