@@ -2,6 +2,7 @@ package fleetmetrics
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -62,7 +63,7 @@ func shareMessage(t *testing.T, server string, at time.Time, page string) []byte
 // connection is closed by peer-sync and counted). A message taken counts its
 // sender as live; a refused one does not.
 func TestSharesAreAppliedOnceAndLiesRefused(t *testing.T) {
-	p, ep := receiver(t, t.Name())
+	p, ep := receiver(t, fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())) // its own series under -count
 	now := time.Now()
 	outcome := func(o string) float64 { return testutil.ToFloat64(p.m.shares.WithLabelValues(o)) }
 	if err := p.receive(peersync.Message{Peer: "ns/epp-1", Data: shareMessage(t, "llm/vllm-0-rank-0", now, vllmPage)}); err != nil {
