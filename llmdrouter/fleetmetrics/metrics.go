@@ -19,7 +19,7 @@ var (
 	}, []string{Label})
 	shares = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "epp_fleet_metrics_shares_total",
-		Help: "Shares of a server's metrics: published (this replica's, to its peers), unshareable (too large to publish), and the peers' by outcome: applied (fed to the extractors), unknown-server (a server this replica's pool does not list yet), older (no newer than what it has), owned (this replica scrapes the server itself).",
+		Help: "Shares of a server's metrics: published (this replica's, to its peers), unshareable (too large to publish), and the peers' by outcome: applied (fed to the extractors), unknown-server (a server this replica's pool does not list yet), owned (this replica scrapes the server itself), not-owner (from a peer that does not own the server by this replica's view of the members: a view that lags, or a lie), older (no newer than the owner's last one).",
 	}, []string{Label, "outcome"})
 	shareBytes = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "epp_fleet_metrics_share_bytes",

@@ -416,17 +416,19 @@ func (p *Plugin) heartbeat(ctx context.Context) {
 
 // Reasons a peer's share is not fed to the extractors (epp_fleet_metrics_shares_total).
 const (
-	shareApplied = "applied"
-	shareUnknown = "unknown-server" // a server this replica's pool does not list (yet)
-	shareOlder   = "older"          // no newer than what the extractors have
-	shareOwned   = "owned"          // this replica scrapes it itself now
+	shareApplied  = "applied"
+	shareUnknown  = "unknown-server" // a server this replica's pool does not list (yet)
+	shareOlder    = "older"          // no newer than the sender's share the extractors have
+	shareNotOwner = "not-owner"      // from a peer that does not own the server (a view of the members that lags, or a lie)
+	shareOwned    = "owned"          // this replica scrapes it itself now
 )
 
 // receive takes a peer's message. A message that does not parse, or a share from
 // too far ahead of this replica's clock, is refused (the connection closed and
 // counted by peer-sync under its reason); a share for a server this replica does
-// not know, or no newer than what it has, is counted and left. Every message
-// taken counts its sender as live.
+// not know or scrapes itself, from a peer that does not own the server (by this
+// replica's view of the members), or no newer than the owner's last one, is
+// counted and left. Every message taken counts its sender as live.
 func (p *Plugin) receive(m peersync.Message) error {
 	now := time.Now()
 	if len(m.Data) == 0 {
@@ -458,7 +460,11 @@ func (p *Plugin) receive(m peersync.Message) error {
 		reason = shareUnknown
 	case srv.lastMode == modeOwned || srv.lastMode == modeAlone:
 		reason = shareOwned
-	case !s.scrapedAt.After(srv.scrapedAt):
+	case m.Peer != owner(s.server, p.heard.members(p.self, now, p.ttl)):
+		reason = shareNotOwner
+	case m.Peer == srv.scrapedBy && !s.scrapedAt.After(srv.scrapedAt):
+		// Ordered by the owner's clock alone: a new owner's first share counts,
+		// whatever the clocks of the one before said.
 		reason = shareOlder
 	default:
 		srv.scrapedAt, srv.scrapedBy, srv.sharedAt = s.scrapedAt, m.Peer, now

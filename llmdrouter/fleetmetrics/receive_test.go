@@ -21,15 +21,16 @@ import (
 )
 
 // receiver is a source that takes messages (no syncer: receive alone), with
-// upstream's extractor and one server it polls as a peer's.
-func receiver(t *testing.T, name string) (*Plugin, fwkdl.Endpoint) {
+// upstream's extractor, peers ns/epp-1 and ns/epp-2 heard from, and one server it
+// polls as a peer's; it returns the server's ID, its owner and the other peer.
+func receiver(t *testing.T, name string) (p *Plugin, ep fwkdl.Endpoint, id, own, other string) {
 	t.Helper()
 	keep := map[string]bool{}
 	for _, f := range DefaultFamilies {
 		keep[f] = true
 	}
-	p := &Plugin{typedName: fwkplugin.TypedName{Type: Type, Name: name}, self: "ns/epp-0", ttl: DefaultOwnerTTL, keep: keep,
-		m: metricsFor(name), servers: map[string]*server{}, heard: liveness{}}
+	p = &Plugin{typedName: fwkplugin.TypedName{Type: Type, Name: name}, self: "ns/epp-0", ttl: DefaultOwnerTTL, keep: keep,
+		m: metricsFor(name), servers: map[string]*server{}, heard: liveness{"ns/epp-1": time.Now(), "ns/epp-2": time.Now()}}
 	ext, err := extractormetrics.CoreMetricsExtractorFactory("core-metrics-extractor", nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -37,9 +38,19 @@ func receiver(t *testing.T, name string) (*Plugin, fwkdl.Endpoint) {
 	if err := p.AppendExtractor(ext); err != nil {
 		t.Fatal(err)
 	}
-	ep := fwkdl.NewEndpoint(&fwkdl.EndpointMetadata{ID: types.NamespacedName{Namespace: "llm", Name: "vllm-0-rank-0"}}, nil)
-	p.servers["llm/vllm-0-rank-0"] = &server{ep: ep, lastMode: modePeer}
-	return p, ep
+	members := p.heard.members(p.self, time.Now(), p.ttl)
+	for i := 0; own == "" || own == p.self; i++ { // a server a peer owns
+		id = fmt.Sprintf("llm/vllm-%d-rank-0", i)
+		own = owner(id, members)
+	}
+	other = "ns/epp-1"
+	if own == other {
+		other = "ns/epp-2"
+	}
+	nn := strings.SplitN(id, "/", 2)
+	ep = fwkdl.NewEndpoint(&fwkdl.EndpointMetadata{ID: types.NamespacedName{Namespace: nn[0], Name: nn[1]}}, nil)
+	p.servers[id] = &server{ep: ep, lastMode: modePeer}
+	return p, ep, id, own, other
 }
 
 func shareMessage(t *testing.T, server string, at time.Time, page string) []byte {
@@ -56,35 +67,42 @@ func shareMessage(t *testing.T, server string, at time.Time, page string) []byte
 	return msg
 }
 
-// TestSharesAreAppliedOnceAndLiesRefused: a peer's share of a server this replica
-// polls as a peer's is fed to the extractors; an older one, one of a server it does
-// not know, or one it scrapes itself, is counted and left; one from more than
-// maxAhead in the future, or that does not parse, is refused with its reason (the
-// connection is closed by peer-sync and counted). A message taken counts its
-// sender as live; a refused one does not.
+// TestSharesAreAppliedOnceAndLiesRefused: the owner's share of a server this
+// replica polls as a peer's is fed to the extractors; a share from a peer that
+// does not own the server, however new it says it is, an older one from the
+// owner, one of a server this replica does not know, or of one it scrapes itself,
+// is counted and left; one from more than maxAhead in the future, or that does
+// not parse, is refused with its reason (the connection is closed by peer-sync and
+// counted). A message taken counts its sender as live; a refused one does not.
 func TestSharesAreAppliedOnceAndLiesRefused(t *testing.T) {
-	p, ep := receiver(t, fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())) // its own series under -count
+	p, ep, id, own, other := receiver(t, fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano())) // its own series under -count
 	now := time.Now()
 	outcome := func(o string) float64 { return testutil.ToFloat64(p.m.shares.WithLabelValues(o)) }
-	if err := p.receive(peersync.Message{Peer: "ns/epp-1", Data: shareMessage(t, "llm/vllm-0-rank-0", now, vllmPage)}); err != nil {
+	if err := p.receive(peersync.Message{Peer: own, Data: shareMessage(t, id, now, vllmPage)}); err != nil {
 		t.Fatal(err)
 	}
 	if m := ep.GetMetrics(); m.WaitingQueueSize != 3 || m.RunningRequestsSize != 7 || outcome(shareApplied) != 1 {
-		t.Fatalf("after a share: waiting %d, running %d, %v applied; want 3, 7, 1", m.WaitingQueueSize, m.RunningRequestsSize, outcome(shareApplied))
+		t.Fatalf("after the owner's share: waiting %d, running %d, %v applied; want 3, 7, 1", m.WaitingQueueSize, m.RunningRequestsSize, outcome(shareApplied))
 	}
-	older := strings.Replace(vllmPage, "} 3.0", "} 9.0", 1)
-	if err := p.receive(peersync.Message{Peer: "ns/epp-2", Data: shareMessage(t, "llm/vllm-0-rank-0", now.Add(-time.Millisecond), older)}); err != nil {
+	lie := strings.Replace(vllmPage, "} 3.0", "} 9.0", 1)
+	if err := p.receive(peersync.Message{Peer: other, Data: shareMessage(t, id, now.Add(time.Second), lie)}); err != nil {
+		t.Fatal(err)
+	}
+	if ep.GetMetrics().WaitingQueueSize != 3 || outcome(shareNotOwner) != 1 {
+		t.Errorf("a newer share from %s, which does not own %s, changed the metrics (waiting %d) or was not counted", other, id, ep.GetMetrics().WaitingQueueSize)
+	}
+	if err := p.receive(peersync.Message{Peer: own, Data: shareMessage(t, id, now.Add(-time.Millisecond), lie)}); err != nil {
 		t.Fatal(err)
 	}
 	if ep.GetMetrics().WaitingQueueSize != 3 || outcome(shareOlder) != 1 {
-		t.Errorf("an older share changed the metrics (waiting %d) or was not counted", ep.GetMetrics().WaitingQueueSize)
+		t.Errorf("an older share of the owner changed the metrics (waiting %d) or was not counted", ep.GetMetrics().WaitingQueueSize)
 	}
-	if err := p.receive(peersync.Message{Peer: "ns/epp-1", Data: shareMessage(t, "llm/other", now, vllmPage)}); err != nil || outcome(shareUnknown) != 1 {
+	if err := p.receive(peersync.Message{Peer: own, Data: shareMessage(t, "llm/other", now, vllmPage)}); err != nil || outcome(shareUnknown) != 1 {
 		t.Errorf("a share of an unknown server: %v, counted %v", err, outcome(shareUnknown))
 	}
-	p.servers["llm/vllm-0-rank-0"].lastMode = modeOwned
-	if err := p.receive(peersync.Message{Peer: "ns/epp-1", Data: shareMessage(t, "llm/vllm-0-rank-0", now.Add(time.Millisecond), older)}); err != nil || outcome(shareOwned) != 1 || ep.GetMetrics().WaitingQueueSize != 3 {
-		t.Errorf("a share of a server this replica owns: %v, counted %v, waiting %d", err, outcome(shareOwned), ep.GetMetrics().WaitingQueueSize)
+	p.servers[id].lastMode = modeOwned
+	if err := p.receive(peersync.Message{Peer: own, Data: shareMessage(t, id, now.Add(time.Millisecond), lie)}); err != nil || outcome(shareOwned) != 1 || ep.GetMetrics().WaitingQueueSize != 3 {
+		t.Errorf("a share of a server this replica scrapes: %v, counted %v, waiting %d", err, outcome(shareOwned), ep.GetMetrics().WaitingQueueSize)
 	}
 	for name, msg := range map[string][]byte{
 		"the future":   shareMessage(t, "llm/vllm-0-rank-0", now.Add(maxAhead+time.Second), vllmPage),
