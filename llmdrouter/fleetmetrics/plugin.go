@@ -99,9 +99,10 @@ var (
 )
 
 // Register registers the plugin type in the EPP's plugin registry, with stability
-// Alpha, as a plugin that depends on the peer-syncer its peerSyncerRef names.
+// Beta (as this module's other plugins: no --allow-experimental-plugins needed), as a
+// plugin that depends on the peer-syncer its peerSyncerRef names.
 func Register() {
-	fwkplugin.RegisterWithPluginDependencies(Type, fwkplugin.StabilityAlpha, Factory, parseDependencies)
+	fwkplugin.RegisterWithPluginDependencies(Type, fwkplugin.StabilityBeta, Factory, parseDependencies)
 }
 
 // Parameters are the source's own; upstream's metrics-data-source parameters
