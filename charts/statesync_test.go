@@ -235,3 +235,111 @@ func TestSharedPrefixIndexRefusals(t *testing.T) {
 		})
 	}
 }
+
+// sharedScraping is the configuration's fleet-metrics-data-source, the types of its
+// plugins, and its dataLayer.
+func sharedScraping(t *testing.T, cfg map[string]any) (src map[string]any, types []string, dl map[string]any) {
+	t.Helper()
+	for _, p := range cfg["plugins"].([]any) {
+		m := p.(map[string]any)
+		types = append(types, fmt.Sprint(m["type"]))
+		if m["type"] == "fleet-metrics-data-source" {
+			src = m
+		}
+	}
+	dl, _ = cfg["dataLayer"].(map[string]any)
+	return src, types, dl
+}
+
+// TestSharedScraping: router.epp.stateSync.sharedScraping.enabled=true puts
+// fleet-metrics-data-source on the syncer in place of metrics-data-source (its
+// parameters carried over), feeds the configuration's core-metrics-extractor from
+// it with upstream's injection of metrics-data-source off (which would scrape every
+// server on every replica again), and nothing else: no flag, no env, no port.
+func TestSharedScraping(t *testing.T) {
+	sync := []any{"router.epp.peerDiscovery.enabled", true, "router.epp.stateSync.enabled", true}
+	off := renderChart(t, vals(sync...))
+	if src, types, _ := sharedScraping(t, pluginConfig(t, off)); src != nil || !slices.Contains(types, "metrics-data-source") {
+		t.Fatalf("without sharedScraping: source %v, plugins %v", src, types)
+	}
+	on := renderChart(t, vals(append(sync, "router.epp.stateSync.sharedScraping.enabled", true)...))
+	src, types, dl := sharedScraping(t, pluginConfig(t, on))
+	if src == nil || src["name"] != "fleet-metrics" || fmt.Sprint(src["parameters"]) != "map[peerSyncerRef:peer-syncer]" {
+		t.Fatalf("sharedScraping on: source %v, want fleet-metrics on peer-syncer", src)
+	}
+	if slices.Contains(types, "metrics-data-source") || !slices.Contains(types, "core-metrics-extractor") {
+		t.Fatalf("sharedScraping on: plugins %v, want core-metrics-extractor and no metrics-data-source", types)
+	}
+	if dl["injectDefaults"] != false || fmt.Sprint(dl["sources"]) != "[map[extractors:[map[pluginRef:core-metrics-extractor]] pluginRef:fleet-metrics]]" {
+		t.Fatalf("sharedScraping on: dataLayer %v, want injectDefaults false and fleet-metrics feeding core-metrics-extractor", dl)
+	}
+	cOff, cOn := render.EPPContainerOf(t, podOf(t, off).Containers), render.EPPContainerOf(t, podOf(t, on).Containers)
+	if !slices.Equal(cOn.Args, cOff.Args) || len(cOn.Env) != len(cOff.Env) || len(cOn.Ports) != len(cOff.Ports) {
+		t.Fatalf("sharedScraping changed the EPP container: args %v, env %v, ports %v", cOn.Args, cOn.Env, cOn.Ports)
+	}
+
+	// A configuration of the user's own, with a named metrics source of its own
+	// parameters and its own sources: the source's parameters and its extractor
+	// stay, the sources read the fleet's source; with the shared index too.
+	own := renderChart(t, vals(append(sync, "router.epp.stateSync.sharedScraping.enabled", true, "router.epp.stateSync.sharedPrefixIndex.enabled", true,
+		"router.epp.pluginsConfigFile", "mine.yaml", "router.epp.pluginsCustomConfig", map[string]any{"mine.yaml": ownScrapeConfig})...))
+	var cfg map[string]any
+	if err := yaml.Unmarshal([]byte(only[*corev1.ConfigMap](t, own).Data["mine.yaml"]), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	src, types, dl = sharedScraping(t, cfg)
+	if src == nil || fmt.Sprint(src["parameters"]) != "map[path:/stats peerSyncerRef:peer-syncer port:9090]" {
+		t.Fatalf("mine.yaml with sharedScraping: source %v, want mine's path and port on peer-syncer", src)
+	}
+	if fmt.Sprint(dl["sources"]) != "[map[extractors:[map[pluginRef:extract]] pluginRef:fleet-metrics]]" || slices.Contains(types, "metrics-data-source") || !slices.Contains(types, "shared-prefix-cache-producer") {
+		t.Fatalf("mine.yaml with sharedScraping: sources %v, plugins %v", dl["sources"], types)
+	}
+}
+
+const ownScrapeConfig = `apiVersion: llm-d.ai/v1alpha1
+kind: EndpointPickerConfig
+plugins:
+  - type: prefix-cache-scorer
+  - type: queue-scorer
+  - name: scrape
+    type: metrics-data-source
+    parameters: {path: /stats, port: 9090}
+  - name: extract
+    type: core-metrics-extractor
+schedulingProfiles:
+  - name: default
+    plugins:
+      - pluginRef: prefix-cache-scorer
+      - pluginRef: queue-scorer
+dataLayer:
+  sources:
+    - pluginRef: scrape
+      extractors: [{pluginRef: extract}]
+`
+
+func TestSharedScrapingRefusals(t *testing.T) {
+	on := []any{"router.epp.peerDiscovery.enabled", true, "router.epp.stateSync.enabled", true, "router.epp.stateSync.sharedScraping.enabled", true}
+	mine := func(content string) []any {
+		return []any{"router.epp.pluginsConfigFile", "mine.yaml", "router.epp.pluginsCustomConfig", map[string]any{"mine.yaml": content}}
+	}
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{"without state sync", vals("router.epp.peerDiscovery.enabled", true, "router.epp.stateSync.sharedScraping.enabled", true),
+			"router.epp.stateSync.sharedScraping.enabled=true needs router.epp.stateSync.enabled=true"},
+		{"a configuration with its own", vals(append(on, mine("plugins:\n  - {name: fm, type: fleet-metrics-data-source}\n")...)...),
+			"mine.yaml already has a plugin fm (type fleet-metrics-data-source)"},
+		{"two metrics sources", vals(append(on, mine("plugins:\n  - {name: a, type: metrics-data-source}\n  - {name: b, type: metrics-data-source}\n")...)...),
+			"mine.yaml has two metrics-data-source plugins"},
+		{"an unknown key", vals("router.epp.stateSync.sharedScraping.enable", true), "enable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := render.Helm("epp", "team-a", tc.values)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -156,10 +156,56 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $plugins = append $plugins (dict "name" $producer "type" "shared-prefix-cache-producer" "parameters" (dict "peerSyncerRef" (include "epp.syncerName" $root))) -}}
 {{- $_ := set $cfg "plugins" $plugins -}}
 {{- end }}
+{{- if dig "sharedScraping" "enabled" false $ss }}
+{{- $plugins = include "epp.withSharedScraping" (list $root $file $cfg $dl) | fromYamlArray -}}
+{{- $_ := set $cfg "plugins" $plugins -}}
+{{- end }}
 {{- end }}
 {{- $_ := set $cfg "dataLayer" $dl -}}
 {{- toYaml $cfg }}
 {{- end }}
+
+{{/* The EPP configuration's plugins with fleet-metrics-data-source in place of metrics-data-source (its parameters carried over) and dataLayer (set in place) feeding the extractors from it, upstream's injection of metrics-data-source off. Call with (list $ <file name> <configuration> <its dataLayer>). */}}
+{{- define "epp.withSharedScraping" -}}
+{{- $root := index . 0 -}}{{- $file := index . 1 -}}{{- $cfg := index . 2 -}}{{- $dl := index . 3 -}}
+{{- $src := include "epp.fleetMetricsName" $root -}}
+{{- $params := dict "peerSyncerRef" (include "epp.syncerName" $root) -}}
+{{- $kept := list -}}{{- $replaced := list -}}{{- $extractors := list -}}
+{{- range $cfg.plugins }}
+{{- $type := .type | default "" -}}{{- $name := .name | default $type -}}
+{{- if or (eq $type "fleet-metrics-data-source") (eq $name $src) }}
+{{- fail (printf "router.epp: the EPP configuration %s already has a plugin %s (type %s); with router.epp.stateSync.sharedScraping.enabled=true the chart adds its fleet-metrics-data-source %q: remove it from the file" $file $name $type $src) }}
+{{- else if eq $type "metrics-data-source" }}
+{{- if $replaced }}
+{{- fail (printf "router.epp: the EPP configuration %s has two metrics-data-source plugins; with router.epp.stateSync.sharedScraping.enabled=true the chart replaces the one: keep one" $file) }}
+{{- end }}
+{{- range $k, $v := .parameters | default dict }}{{ $_ := set $params $k $v }}{{ end }}
+{{- $replaced = append $replaced $name -}}
+{{- else }}
+{{- if eq $type "core-metrics-extractor" }}{{ $extractors = append $extractors $name }}{{ end }}
+{{- $kept = append $kept . -}}
+{{- end }}
+{{- end }}
+{{- if not $extractors }}
+{{- $kept = append $kept (dict "type" "core-metrics-extractor") -}}{{- $extractors = list "core-metrics-extractor" -}}
+{{- end }}
+{{- $kept = append $kept (dict "name" $src "type" "fleet-metrics-data-source" "parameters" $params) -}}
+{{- $sources := list -}}
+{{- range $dl.sources | default list }}
+{{- if has .pluginRef $replaced }}{{ $_ := set . "pluginRef" $src }}{{ end }}
+{{- $sources = append $sources . -}}
+{{- end }}
+{{- if not $dl.sources }}
+{{- $refs := list -}}{{- range $extractors }}{{ $refs = append $refs (dict "pluginRef" .) }}{{ end }}
+{{- $sources = list (dict "pluginRef" $src "extractors" $refs) -}}
+{{- end }}
+{{- $_ := set $dl "sources" $sources -}}
+{{- $_ := set $dl "injectDefaults" false -}}
+{{- toYaml $kept }}
+{{- end }}
+
+{{/* The shared scraping's plugin name. */}}
+{{- define "epp.fleetMetricsName" -}}fleet-metrics{{- end }}
 
 {{/* The cross-replica syncer's plugin name. */}}
 {{- define "epp.syncerName" -}}peer-syncer{{- end }}
@@ -170,9 +216,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{/* Where the mTLS Secret of state sync is mounted. */}}
 {{- define "epp.syncTLSDir" -}}/var/run/epp-peer-sync-tls{{- end }}
 
-{{/* Checks of router.epp.stateSync: it needs peer discovery in mode epp, and an interval of at least 10ms; its sharedPrefixIndex needs it. */}}
+{{/* Checks of router.epp.stateSync: it needs peer discovery in mode epp, and an interval of at least 10ms; its sharedPrefixIndex and sharedScraping need it. */}}
 {{- define "epp.checkStateSync" -}}
 {{- $ss := .Values.router.epp.stateSync -}}
+{{- if and (dig "sharedScraping" "enabled" false $ss) (not $ss.enabled) -}}
+{{- fail "router.epp.stateSync.sharedScraping.enabled=true needs router.epp.stateSync.enabled=true: the metrics travel over the syncer's peer-sync connections" -}}
+{{- end -}}
 {{- if and (dig "sharedPrefixIndex" "enabled" false $ss) (not $ss.enabled) -}}
 {{- fail "router.epp.stateSync.sharedPrefixIndex.enabled=true needs router.epp.stateSync.enabled=true: the index travels over the syncer's peer-sync connections" -}}
 {{- end -}}
