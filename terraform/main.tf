@@ -45,6 +45,7 @@ locals {
           interval          = var.state_sync_interval
           tls               = { secretName = var.state_sync_tls_secret_name }
           sharedPrefixIndex = { enabled = var.shared_prefix_index_enabled }
+          sharedScraping    = { enabled = var.shared_scraping_enabled }
         }
       }
     })
@@ -86,6 +87,10 @@ resource "helm_release" "this" {
     precondition {
       condition     = !var.shared_prefix_index_enabled || var.state_sync_enabled
       error_message = "shared_prefix_index_enabled needs state_sync_enabled = true: the index travels over the syncer's peer-sync connections."
+    }
+    precondition {
+      condition     = !var.shared_scraping_enabled || var.state_sync_enabled
+      error_message = "shared_scraping_enabled needs state_sync_enabled = true: the metrics travel over the syncer's peer-sync connections."
     }
     precondition {
       condition     = !var.tracing_enabled || !var.peer_discovery_enabled || var.peer_discovery_mode == "epp"

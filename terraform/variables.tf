@@ -253,6 +253,12 @@ variable "shared_prefix_index_enabled" {
   default     = false
 }
 
+variable "shared_scraping_enabled" {
+  description = "Scrape each model server once for the fleet of replicas rather than once per replica (needs state_sync_enabled): each server is scraped by one replica, which shares what the extractors read with the others over the syncer's peer-sync connections. The EPP configuration gets the plugin fleet-metrics (fleet-metrics-data-source on peer-syncer) in place of metrics-data-source. The chart's router.epp.stateSync.sharedScraping.enabled."
+  type        = bool
+  default     = false
+}
+
 variable "tracing_enabled" {
   description = "OpenTelemetry tracing of llm-d-router's EPP (the chart's router.tracing.enabled, as upstream's chart): false renders --tracing=false, so no spans are recorded (the EPP's own default prints every sampled request's spans on stdout); true renders --tracing=true and the OTLP exporter's env (endpoint, sampler, service name and the pod's namespace, node and name as resource attributes). Needs peer_discovery_mode = \"epp\"."
   type        = bool

@@ -405,6 +405,7 @@ run "state_sync_on" {
       interval          = "100ms"
       tls               = { secretName = "epp-peer-sync-tls" }
       sharedPrefixIndex = { enabled = false }
+      sharedScraping    = { enabled = false }
     }
     error_message = "state sync on must hand enabled=true, the interval and the TLS Secret to the chart"
   }
@@ -511,6 +512,41 @@ run "rejects_the_shared_prefix_index_without_state_sync" {
   variables {
     peer_discovery_enabled      = true
     shared_prefix_index_enabled = true
+  }
+
+  expect_failures = [helm_release.this]
+}
+
+run "shared_scraping_on" {
+  command = plan
+
+  variables {
+    peer_discovery_enabled  = true
+    state_sync_enabled      = true
+    shared_scraping_enabled = true
+  }
+
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.stateSync.sharedScraping == { enabled = true }
+    error_message = "shared_scraping_enabled must hand stateSync.sharedScraping.enabled=true to the chart"
+  }
+}
+
+run "shared_scraping_is_off_by_default" {
+  command = plan
+
+  assert {
+    condition     = yamldecode(helm_release.this.values[0]).router.epp.stateSync.sharedScraping.enabled == false
+    error_message = "stateSync.sharedScraping.enabled must be false by default"
+  }
+}
+
+run "rejects_shared_scraping_without_state_sync" {
+  command = plan
+
+  variables {
+    peer_discovery_enabled  = true
+    shared_scraping_enabled = true
   }
 
   expect_failures = [helm_release.this]
