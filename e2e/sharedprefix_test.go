@@ -27,19 +27,35 @@ import (
 // with more, the syncers would dial each other's pod IPs, which are fake here (the
 // shared index between replicas is proven in llmdrouter/sharedprefix's tests).
 func TestSharedPrefixIndexLoads(t *testing.T) {
+	stateSyncConfigLoads(t, "shared-prefix", "router.epp.stateSync.sharedPrefixIndex.enabled", `epp_shared_prefix_index_blocks{plugin="shared-prefix"}`)
+}
+
+// TestSharedScrapingLoads (local backend): likewise with
+// router.epp.stateSync.sharedScraping.enabled (fleet-metrics-data-source in place of
+// metrics-data-source, feeding core-metrics-extractor): the EPP starts, its data
+// layer polls through the plugin fleet-metrics (alone: one replica scrapes every
+// server itself), and it answers a request. Sharing between replicas is proven in
+// llmdrouter/fleetmetrics's tests and llmdrouter/integration's, with real EPPs.
+func TestSharedScrapingLoads(t *testing.T) {
+	stateSyncConfigLoads(t, "shared-scraping", "router.epp.stateSync.sharedScraping.enabled", `epp_fleet_metrics_scrapes_total{mode="alone",plugin="fleet-metrics"}`)
+}
+
+// stateSyncConfigLoads installs the chart with one replica, peer discovery, state
+// sync and value on, and checks that the EPP is ready, serves metric and answers.
+func stateSyncConfigLoads(t *testing.T, name, value, metric string) {
 	if backend != "local" {
 		t.Skip("runs on the local backend; on kind, llmdrouter/e2ekind runs state sync with three replicas")
 	}
 	ctx := context.Background()
-	ns := "e2e-shared-prefix-" + utilrand.String(5)
+	ns := "e2e-" + name + "-" + utilrand.String(5)
 	createNamespace(t, ns, true)
 	rt := runPods(t, ns)
 
 	opts := &helm.Options{KubectlOptions: kubectlOptions(ns), SetValues: map[string]string{
-		"router.epp.replicas":                            "1",
-		"router.epp.peerDiscovery.enabled":               "true",
-		"router.epp.stateSync.enabled":                   "true",
-		"router.epp.stateSync.sharedPrefixIndex.enabled": "true",
+		"router.epp.replicas":              "1",
+		"router.epp.peerDiscovery.enabled": "true",
+		"router.epp.stateSync.enabled":     "true",
+		value:                              "true",
 	}, ExtraArgs: map[string][]string{"install": {"--wait", "--timeout", "3m"}}}
 	helm.InstallContext(t, ctx, opts, filepath.Join(repoRoot, "charts", "epp"), "epp")
 	t.Cleanup(func() { helm.DeleteContext(t, context.Background(), opts, "epp", true) })
@@ -66,17 +82,21 @@ func TestSharedPrefixIndexLoads(t *testing.T) {
 		return ""
 	})
 
-	metrics, err := peerview.FetchMetrics(ctx, epp.proc.MetricsAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(metrics, `epp_shared_prefix_index_blocks{plugin="shared-prefix"}`) {
-		t.Fatalf("/metrics has no epp_shared_prefix_index_blocks of the plugin shared-prefix\n--- EPP output:\n%s", logOf(rt))
-	}
+	// The series appear once the plugin has worked (a scrape a tick: at once).
+	wait.ForEvery(&eppOutputOnFailure{T: t, rt: rt}, 30*time.Second, 250*time.Millisecond, func() string {
+		metrics, err := peerview.FetchMetrics(ctx, epp.proc.MetricsAddr)
+		if err != nil {
+			return err.Error()
+		}
+		if !strings.Contains(metrics, metric) {
+			return "/metrics has no " + metric
+		}
+		return ""
+	})
 	traceID, traceparent := newTraceContext(t)
 	answer, err := sendUntilAnswered(epp.ExtProcAddr, traceparent)
 	if err != nil {
 		t.Fatalf("%v\n--- EPP output:\n%s", err, logOf(rt))
 	}
-	t.Logf("ready, the shared index's metrics served; a request (trace %s): the EPP %s", traceID, answer)
+	t.Logf("%s: ready, %s served; a request (trace %s): the EPP %s", value, metric, traceID, answer)
 }
