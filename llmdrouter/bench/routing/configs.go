@@ -50,12 +50,7 @@ kind: EndpointPickerConfig
 plugins:
   - type: queue-scorer
   - type: kv-cache-utilization-scorer
-` + prefixScorer + `  - type: metrics-data-source
-    parameters:
-      scheme: "http"
-      path: "/metrics"
-      insecureSkipVerify: true
-  - type: core-metrics-extractor
+` + prefixScorer + metricsSource + `  - type: core-metrics-extractor
 ` + extraPlugins + `schedulingProfiles:
   - name: default
     plugins:
@@ -70,6 +65,15 @@ plugins:
     pluginRef: peer-discovery
 ` + extraDataLayer
 }
+
+// metricsSource is upstream's metrics data source as llm-d-router's chart
+// configures it.
+const metricsSource = `  - type: metrics-data-source
+    parameters:
+      scheme: "http"
+      path: "/metrics"
+      insecureSkipVerify: true
+`
 
 // discovery is this project's endpointslice-peer-discovery plugin on Service
 // epp, as the chart's peerDiscovery.enabled adds it.
@@ -126,6 +130,31 @@ const sharedPrefixScorer = `  - name: ` + sharedIndexPlugin + `
 // readTickParameter follows peerSyncerOnly (or peerSyncer), whose parameters
 // it ends, with peer-syncer's readTick at 10 ms.
 const readTickParameter = "      readTick: 10ms\n"
+
+// withSharedScraping is cfg (a defaultProfile with peer-syncer) with the model
+// servers scraped once for the fleet: fleet-metrics-data-source on peer-syncer in
+// place of metrics-data-source (the same parameters), feeding core-metrics-extractor,
+// with upstream's injection of metrics-data-source off, as the chart's
+// stateSync.sharedScraping.enabled renders it.
+func withSharedScraping(cfg string) string {
+	out := strings.Replace(cfg, metricsSource, `  - name: fleet-metrics
+    type: fleet-metrics-data-source
+    parameters:
+      peerSyncerRef: peer-syncer
+      scheme: "http"
+      path: "/metrics"
+      insecureSkipVerify: true
+`, 1)
+	if out == cfg {
+		panic("withSharedScraping: the configuration has no metrics source to replace")
+	}
+	return out + `  injectDefaults: false
+  sources:
+    - pluginRef: fleet-metrics
+      extractors:
+        - pluginRef: core-metrics-extractor
+`
+}
 
 const peerSyncerDataLayer = `  crossReplicaSyncerPluginRef: peer-syncer
   crossReplicaSyncInterval: ` + syncInterval + `
@@ -194,6 +223,17 @@ var configurations = []configuration{
 		name: "shared-index-default", title: "shared prefix index, default profile", syncs: true, sharesIndex: true,
 		config: func(r *eppreplica.Replica) string {
 			return defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncerOnly, "", peerSyncerDataLayer)
+		},
+	},
+	{
+		// shared-index-default with each model server scraped once for the fleet
+		// (issue 49): fleet-metrics-data-source in place of upstream's metrics
+		// source. Against shared-index-default, it shows what scraping once costs
+		// the routing (the scorers read a peer's scrape for most servers) and saves
+		// the servers and the replicas.
+		name: "shared-scraping", title: "shared prefix index + shared scraping, default profile", syncs: true, sharesIndex: true,
+		config: func(r *eppreplica.Replica) string {
+			return withSharedScraping(defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncerOnly, "", peerSyncerDataLayer))
 		},
 	},
 	{
