@@ -46,13 +46,22 @@ type instanceMetrics struct {
 	shareAge     prometheus.Observer
 }
 
+// metricsFor is the instance name's series, every one of them there from the
+// start (at 0: a dashboard or an alert sees "none yet", not "no such series").
 func metricsFor(name string) *instanceMetrics {
 	l := prometheus.Labels{Label: name}
-	return &instanceMetrics{
+	m := &instanceMetrics{
 		scrapes:      scrapes.MustCurryWith(l),
 		scrapeErrors: scrapeErrors.With(l),
 		shares:       shares.MustCurryWith(l),
 		shareBytes:   shareBytes.With(l),
 		shareAge:     shareAge.With(l),
 	}
+	for _, mode := range []string{modeOwned, modeAlone, modeTakeover} {
+		m.scrapes.WithLabelValues(mode)
+	}
+	for _, o := range []string{"published", "unshareable", shareApplied, shareUnknown, shareOlder, shareOwned, shareNotOwner} {
+		m.shares.WithLabelValues(o)
+	}
+	return m
 }
