@@ -32,12 +32,11 @@ func TestSharedPrefixIndexLoads(t *testing.T) {
 
 // TestSharedScrapingLoads (local backend): likewise with
 // router.epp.stateSync.sharedScraping.enabled (fleet-metrics-data-source in place of
-// metrics-data-source, feeding core-metrics-extractor): the EPP starts, its data
-// layer polls through the plugin fleet-metrics (alone: one replica scrapes every
-// server itself), and it answers a request. Sharing between replicas is proven in
+// metrics-data-source, feeding core-metrics-extractor): the EPP starts with the
+// plugin fleet-metrics (its series served), and it answers a request. Sharing between replicas is proven in
 // llmdrouter/fleetmetrics's tests and llmdrouter/integration's, with real EPPs.
 func TestSharedScrapingLoads(t *testing.T) {
-	stateSyncConfigLoads(t, "shared-scraping", "router.epp.stateSync.sharedScraping.enabled", `epp_fleet_metrics_scrapes_total{mode="alone",plugin="fleet-metrics"}`)
+	stateSyncConfigLoads(t, "shared-scraping", "router.epp.stateSync.sharedScraping.enabled", `epp_fleet_metrics_scrapes_total{mode="owned",plugin="fleet-metrics"}`)
 }
 
 // stateSyncConfigLoads installs the chart with one replica, peer discovery, state
@@ -82,7 +81,7 @@ func stateSyncConfigLoads(t *testing.T, name, value, metric string) {
 		return ""
 	})
 
-	// The series appear once the plugin has worked (a scrape a tick: at once).
+	// The plugin's series are there once the EPP has built it.
 	wait.ForEvery(&eppOutputOnFailure{T: t, rt: rt}, 30*time.Second, 250*time.Millisecond, func() string {
 		metrics, err := peerview.FetchMetrics(ctx, epp.proc.MetricsAddr)
 		if err != nil {
