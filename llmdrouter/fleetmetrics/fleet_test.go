@@ -80,7 +80,7 @@ type member struct {
 	cancel context.CancelFunc
 }
 
-func startMember(t *testing.T, r *pluginfleet.Replica, servers []*modelServer, srcParams string) *member {
+func startMember(t *testing.T, r *pluginfleet.Replica, servers []*modelServer, srcParams string, tick time.Duration) *member {
 	t.Helper()
 	src, err := fwkplugin.Registry[fleetmetrics.Type]("fleet-metrics", pluginfleet.Params(srcParams), r.Handle)
 	if err != nil {
@@ -108,14 +108,14 @@ func startMember(t *testing.T, r *pluginfleet.Replica, servers []*modelServer, s
 	return m
 }
 
-func startMembers(t *testing.T, n int, servers []*modelServer, srcParams string) (*pluginfleet.Fleet, []*member) {
+func startMembers(t *testing.T, n int, servers []*modelServer, srcParams string, tick time.Duration) (*pluginfleet.Fleet, []*member) {
 	t.Helper()
 	f := pluginfleet.New(t, n)
 	rs := f.StartAll(syncerParams)
 	pluginfleet.WaitConnected(t, 30*time.Second, rs...)
 	var ms []*member
 	for _, r := range rs {
-		ms = append(ms, startMember(t, r, servers, srcParams))
+		ms = append(ms, startMember(t, r, servers, srcParams, tick))
 	}
 	return f, ms
 }
@@ -129,8 +129,10 @@ func scrapeRate(servers []*modelServer, d time.Duration) float64 {
 
 // fresh reports the first of ms's endpoints whose metrics are not the server's
 // or are older than two ticks ("" if none).
-func fresh(ms []*member, servers []*modelServer) string {
-	const age = 2 * tick
+func fresh(ms []*member, servers []*modelServer) string { return freshAt(ms, servers, tick) }
+
+func freshAt(ms []*member, servers []*modelServer, tick time.Duration) string {
+	age := 2 * tick
 	now := time.Now()
 	for _, m := range ms {
 		for i, ep := range m.eps {
@@ -152,7 +154,7 @@ func fresh(ms []*member, servers []*modelServer) string {
 // every replica scrapes every server.
 func TestEachServerIsScrapedOnceForTheFleet(t *testing.T) {
 	servers := startServers(t, 8)
-	_, ms := startMembers(t, 3, servers, `{"peerSyncerRef": "peer-syncer"}`)
+	_, ms := startMembers(t, 3, servers, `{"peerSyncerRef": "peer-syncer"}`, tick)
 	wait.Until(t, 10*time.Second, "every replica to count 3 members", func() bool {
 		for _, m := range ms {
 			if len(m.src.State().Members) != 3 {
@@ -189,7 +191,7 @@ func TestEachServerIsScrapedOnceForTheFleet(t *testing.T) {
 // load, 20 scrapes a second per replica and server.
 func TestEveryReplicaScrapesEveryServerWithSharingOff(t *testing.T) {
 	servers := startServers(t, 4)
-	_, ms := startMembers(t, 3, servers, `{"share": false}`)
+	_, ms := startMembers(t, 3, servers, `{"share": false}`, tick)
 	wait.ForEvery(t, 5*time.Second, 10*time.Millisecond, func() string { return fresh(ms, servers) })
 	rate := scrapeRate(servers, 2*time.Second)
 	t.Logf("3 replicas not sharing: %.1f scrapes a second per server", rate)
@@ -204,7 +206,7 @@ func TestEveryReplicaScrapesEveryServerWithSharingOff(t *testing.T) {
 // of scheduling on a loaded machine), and the survivors share the servers again, each scraped as by one.
 func TestAKilledOwnersServersAreTakenOver(t *testing.T) {
 	servers := startServers(t, 8)
-	f, ms := startMembers(t, 3, servers, `{"peerSyncerRef": "peer-syncer"}`)
+	f, ms := startMembers(t, 3, servers, `{"peerSyncerRef": "peer-syncer"}`, tick)
 	wait.ForEvery(t, 10*time.Second, 10*time.Millisecond, func() string {
 		if n := len(ms[0].src.State().Members); n != 3 {
 			return fmt.Sprintf("%d members", n)
@@ -252,6 +254,30 @@ func TestAKilledOwnersServersAreTakenOver(t *testing.T) {
 		t.Errorf("%.1f scrapes a second per server after the takeover, want about 20", rate)
 	}
 	if msg := fresh(survivors, servers); msg != "" {
+		t.Error(msg)
+	}
+}
+
+// TestSharingHoldsWithATickLongerThanTheTTL: with the runtime ticking every 400 ms
+// (a longer --refresh-metrics-interval), longer than the TTL, a peer's share is
+// current until the next tick: each server is scraped once a tick for the fleet,
+// not once per replica.
+func TestSharingHoldsWithATickLongerThanTheTTL(t *testing.T) {
+	const slow = 400 * time.Millisecond
+	servers := startServers(t, 4)
+	_, ms := startMembers(t, 3, servers, `{"peerSyncerRef": "peer-syncer"}`, slow)
+	wait.ForEvery(t, 10*time.Second, 20*time.Millisecond, func() string {
+		if n := len(ms[0].src.State().Members); n != 3 {
+			return fmt.Sprintf("%d members", n)
+		}
+		return freshAt(ms, servers, slow)
+	})
+	rate := scrapeRate(servers, 4*time.Second)
+	t.Logf("3 replicas sharing, a tick of %v: %.2f scrapes a second per server", slow, rate)
+	if rate > 1.5*float64(time.Second)/float64(slow) {
+		t.Errorf("%.2f scrapes a second per server, want about %.1f (one replica's, a tick of %v)", rate, float64(time.Second)/float64(slow), slow)
+	}
+	if msg := freshAt(ms, servers, slow); msg != "" {
 		t.Error(msg)
 	}
 }

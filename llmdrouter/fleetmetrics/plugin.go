@@ -13,8 +13,8 @@
 // (a few milliseconds). A replica is live while it publishes (a share, or a
 // heartbeat when it has nothing to share); when an owner stops (a SIGKILL, a freeze)
 // its peers stop counting it after OwnerTTL and its servers move to others, and a
-// server whose owner is live but sends nothing for it for OwnerTTL is scraped by
-// each replica itself until shares come again. Without peers, or with share off,
+// server whose owner is live but sends nothing for it for OwnerTTL and a tick is
+// scraped by each replica itself until shares come again. Without peers, or with share off,
 // the source scrapes every server itself, as upstream's does.
 //
 //	plugins:
@@ -183,13 +183,13 @@ type Plugin struct {
 // server is what the source knows of one model server.
 type server struct {
 	ep         fwkdl.Endpoint
-	seen       time.Time // its last Dispatch, or its first
+	seen       time.Time     // its last Dispatch
+	period     time.Duration // between its last two Dispatches (the tick)
 	firstSeen  time.Time
 	scrapedAt  time.Time // of the data last fed to the extractors (the scraper's clock)
 	scrapedBy  string    // who read it (this replica or a peer)
 	sharedAt   time.Time // when a peer's share of it last arrived
 	lastMode   string
-	lastScrape time.Time // this replica's last scrape of it
 }
 
 // Factory builds fleet-metrics-data-source.
@@ -321,7 +321,7 @@ func (p *Plugin) Dispatch(ctx context.Context, ep fwkdl.Endpoint) error {
 	at := time.Now()
 	p.mu.Lock()
 	if s := p.servers[id]; s != nil {
-		s.scrapedAt, s.scrapedBy, s.lastScrape = at, p.self, at
+		s.scrapedAt, s.scrapedBy = at, p.self
 	}
 	p.mu.Unlock()
 	if mode == modeOwned {
@@ -349,7 +349,14 @@ func (p *Plugin) modeOf(id string, ep fwkdl.Endpoint, now time.Time) string {
 		s = &server{firstSeen: now}
 		p.servers[id] = s
 	}
+	if !s.seen.IsZero() {
+		s.period = now.Sub(s.seen)
+	}
 	s.ep, s.seen = ep, now
+	// A share is current for the TTL and a tick: with a tick longer than the TTL (a
+	// longer --refresh-metrics-interval, or the source's interval), the owner's
+	// next share is a tick away, not a TTL.
+	current := p.ttl + s.period
 	mode, by := modeAlone, p.self
 	if p.bc != nil {
 		members := p.heard.members(p.self, now, p.ttl)
@@ -358,7 +365,7 @@ func (p *Plugin) modeOf(id string, ep fwkdl.Endpoint, now time.Time) string {
 			switch {
 			case by == p.self:
 				mode = modeOwned
-			case now.Sub(s.sharedAt) < p.ttl || now.Sub(s.firstSeen) < p.ttl:
+			case now.Sub(s.sharedAt) < current || now.Sub(s.firstSeen) < current:
 				// Current, or the server is new here and its owner's next share is
 				// on its way.
 				mode = modePeer
