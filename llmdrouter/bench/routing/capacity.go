@@ -52,6 +52,7 @@ import (
 // its interval. Drift slower than a round cancels out.
 
 type capacityOptions struct {
+	refresh  time.Duration        // the EPPs' --refresh-metrics-interval (0: upstream's default)
 	page     modelsim.MetricsPage // what the stubs' /metrics renders
 	epp      string
 	configs  []configuration
@@ -78,6 +79,7 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	fs.DurationVar(&o.window, "window", 2500*time.Millisecond, "each window (a rate's, or an idle one)")
 	fs.IntVar(&o.rounds, "rounds", 4, "rounds per configuration: each rate and an idle window, on the configuration and on the reference")
 	fs.IntVar(&o.servers, "servers", 8, "model servers (stubs that answer at once)")
+	fs.DurationVar(&o.refresh, "refresh-metrics-interval", 0, "the EPPs' --refresh-metrics-interval (0: upstream's default, 50ms); the scrapes and their cost scale with its inverse")
 	o.page = modelsim.CorePage // DECISIONS: "The model servers' metrics page"
 	fs.Func("metrics-page", fmt.Sprintf("what each server's /metrics renders: %q (a vLLM v1 server's page, histograms included) or %q (the families llm-d-router reads; the default)", modelsim.VLLMPage, modelsim.CorePage),
 		func(v string) error { o.page = modelsim.MetricsPage(v); return stubConfig(o.page).Validate() })
@@ -245,7 +247,7 @@ func capacityMain(args []string) error {
 		return err
 	}
 	defer stubs.close()
-	b := &bench{o: runOptions{epp: o.epp, servers: o.servers}, env: env, servers: stubs.byAddr, scrapeCounts: stubs.scrapes,
+	b := &bench{o: runOptions{epp: o.epp, servers: o.servers, refresh: o.refresh}, env: env, servers: stubs.byAddr, scrapeCounts: stubs.scrapes,
 		logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "routingbench capacity: "+f+"\n", a...) }}
 	start := time.Now()
 	results := b.capacitySessions(o, stubs)
@@ -698,6 +700,14 @@ type stubFleet struct {
 	client  *http.Client
 }
 
+// refreshOf is the EPPs' --refresh-metrics-interval, in the report.
+func refreshOf(d time.Duration) string {
+	if d <= 0 {
+		return "50ms (upstream's default)"
+	}
+	return d.String()
+}
+
 // pageName says what a metrics page holds, in the report.
 var pageName = map[modelsim.MetricsPage]string{
 	modelsim.VLLMPage: "the families and histogram buckets of a vLLM v1 server",
@@ -822,14 +832,14 @@ func capacityReport(o capacityOptions, results []capacityResult, took time.Durat
 		rates = append(rates, fmt.Sprintf("%g", r))
 	}
 	sb.WriteString(markdown.Measured(o.measuredBy))
-	fmt.Fprintf(&sb, " in %v: the real EPP build (`%s`) on a real API server, %d model servers that answer at once (the API and metrics of `modelsim`, no queue and no cost: the machine's CPU goes to the EPPs; each serves a `/metrics` page of %s: %s), the multi-turn workload's requests (each run's own text) sent open-loop at %s requests a second in all, spread over the replicas in turn. "+
+	fmt.Fprintf(&sb, " in %v: the real EPP build (`%s`) on a real API server, %d model servers that answer at once (the API and metrics of `modelsim`, no queue and no cost: the machine's CPU goes to the EPPs; each serves a `/metrics` page of %s: %s; the EPPs scrape each every %s), the multi-turn workload's requests (each run's own text) sent open-loop at %s requests a second in all, spread over the replicas in turn. "+
 		"One replica, the reference, is up for the whole bench, and each other configuration runs beside it in %d rounds: in each round, every rate and an idle window, in a shuffled order, %v on the configuration and %v on the reference, back to back, which goes first alternating; so the machine's drift, which is larger here than the effect to measure, falls on both alike. "+
 		"CPU: every replica's utime and stime (`/proc/<pid>/stat`, threads that exited included) over each window. The marginal cost is the slope of the replicas' CPU (every replica together) against the rate, fitted over every window (the idle ones at rate 0), with its 95%% interval: what one more request routed anywhere costs the fleet. Requests per core: its inverse. "+
 		"Scaling efficiency: per round, the reference's marginal cost over the configuration's (each fitted on that round's windows), the mean over the rounds with its 95%% interval (1.0: more replicas cost nothing more per request; the target with the shared index at 8 replicas is at least %.2f, met when the interval's lower end clears it). "+
 		"Picking p99: the time the EPP took to pick a server (the ext_proc exchange until its answer) at the highest rate. Idle: per replica, what the replicas use with no request: the model servers' metrics scraped, discovery, and with peer-syncer its pushes and heartbeats, with the shared index its broadcast. Scrapes: the `/metrics` requests each model server gets a second from the configuration's replicas (every replica scrapes every server). "+
 		"One replica of N at its full rate: 8 replicas cannot each route near a replica's capacity on 2 cores, so this row runs one real replica that routes the whole rate, and N-1 peers emulated in the bench's process (each a peer-syncer of its own, listed in the EPP Service's EndpointSlices) that publish again each placement it publishes, over prompts of their own (each block hash mixed with the peer's salt): it receives N-1 placements for each request it routes, and sends each of its own to N-1 peers, as every replica of N that all route at its rate does, so its CPU per request is the fleet's (the bench fails the row unless it merged N-1 of its peers' placements for each of its own); its scrapes and idle are that one replica's.\n\n",
 		took.Round(time.Second), eppName(o.epp),
-		o.servers, bytesString(float64(len(modelsim.IdleMetrics(stubConfig(o.page))))), pageName[o.page], strings.Join(rates, ", "), o.rounds, o.window, o.window, 1/targetMarginal)
+		o.servers, bytesString(float64(len(modelsim.IdleMetrics(stubConfig(o.page))))), pageName[o.page], refreshOf(o.refresh), strings.Join(rates, ", "), o.rounds, o.window, o.window, 1/targetMarginal)
 	sb.WriteString("| configuration | replicas | marginal CPU per request, every replica | requests per core | scaling efficiency (paired with the reference) | picking p99 at the highest rate | idle CPU per replica | scrapes per server and second | answered |\n")
 	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {

@@ -33,6 +33,9 @@ import (
 )
 
 type runOptions struct {
+	// refresh, if set, is the EPPs' --refresh-metrics-interval (upstream's default
+	// and least, 50ms, otherwise).
+	refresh  time.Duration
 	configs  []configuration
 	replicas []int
 	kinds    []workload.Kind
@@ -466,7 +469,11 @@ func (b *bench) startReplicas(ns, dir string, reps []*eppreplica.Replica, config
 func (b *bench) startReplicasWith(ns, dir string, reps []*eppreplica.Replica, config func(*eppreplica.Replica) string, env []string) ([]*eppProc, error) {
 	// --tracing=false: upstream's chart passes it (its default, true, prints every
 	// request's spans to stdout).
-	l := eppreplica.Launch{Bin: b.o.epp, Kubeconfig: b.env.Kubeconfig, Dir: dir, Args: []string{"--tracing=false"}, Env: env, Logf: b.logf}
+	args := []string{"--tracing=false"}
+	if b.o.refresh > 0 {
+		args = append(args, "--refresh-metrics-interval="+b.o.refresh.String())
+	}
+	l := eppreplica.Launch{Bin: b.o.epp, Kubeconfig: b.env.Kubeconfig, Dir: dir, Args: args, Env: env, Logf: b.logf}
 	ps, err := l.Start(ns, reps, func(i int) string { return config(reps[i]) })
 	var procs []*eppProc
 	for i, p := range ps {
