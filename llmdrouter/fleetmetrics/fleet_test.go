@@ -108,9 +108,10 @@ func startMember(t *testing.T, r *pluginfleet.Replica, servers []*modelServer, s
 	return m
 }
 
-func startMembers(t *testing.T, n int, servers []*modelServer, srcParams string, tick time.Duration) (*pluginfleet.Fleet, []*member) {
+// startMembers starts three replicas.
+func startMembers(t *testing.T, servers []*modelServer, srcParams string, tick time.Duration) (*pluginfleet.Fleet, []*member) {
 	t.Helper()
-	f := pluginfleet.New(t, n)
+	f := pluginfleet.New(t, 3)
 	rs := f.StartAll(syncerParams)
 	pluginfleet.WaitConnected(t, 30*time.Second, rs...)
 	var ms []*member
@@ -154,7 +155,7 @@ func freshAt(ms []*member, servers []*modelServer, tick time.Duration) string {
 // every replica scrapes every server.
 func TestEachServerIsScrapedOnceForTheFleet(t *testing.T) {
 	servers := startServers(t, 8)
-	_, ms := startMembers(t, 3, servers, `{"peerSyncerRef": "peer-syncer"}`, tick)
+	_, ms := startMembers(t, servers, `{"peerSyncerRef": "peer-syncer"}`, tick)
 	wait.Until(t, 10*time.Second, "every replica to count 3 members", func() bool {
 		for _, m := range ms {
 			if len(m.src.State().Members) != 3 {
@@ -191,7 +192,7 @@ func TestEachServerIsScrapedOnceForTheFleet(t *testing.T) {
 // load, 20 scrapes a second per replica and server.
 func TestEveryReplicaScrapesEveryServerWithSharingOff(t *testing.T) {
 	servers := startServers(t, 4)
-	_, ms := startMembers(t, 3, servers, `{"share": false}`, tick)
+	_, ms := startMembers(t, servers, `{"share": false}`, tick)
 	wait.ForEvery(t, 5*time.Second, 10*time.Millisecond, func() string { return fresh(ms, servers) })
 	rate := scrapeRate(servers, 2*time.Second)
 	t.Logf("3 replicas not sharing: %.1f scrapes a second per server", rate)
@@ -206,7 +207,7 @@ func TestEveryReplicaScrapesEveryServerWithSharingOff(t *testing.T) {
 // of scheduling on a loaded machine), and the survivors share the servers again, each scraped as by one.
 func TestAKilledOwnersServersAreTakenOver(t *testing.T) {
 	servers := startServers(t, 8)
-	f, ms := startMembers(t, 3, servers, `{"peerSyncerRef": "peer-syncer"}`, tick)
+	f, ms := startMembers(t, servers, `{"peerSyncerRef": "peer-syncer"}`, tick)
 	wait.ForEvery(t, 10*time.Second, 10*time.Millisecond, func() string {
 		if n := len(ms[0].src.State().Members); n != 3 {
 			return fmt.Sprintf("%d members", n)
@@ -265,7 +266,7 @@ func TestAKilledOwnersServersAreTakenOver(t *testing.T) {
 func TestSharingHoldsWithATickLongerThanTheTTL(t *testing.T) {
 	const slow = 400 * time.Millisecond
 	servers := startServers(t, 4)
-	_, ms := startMembers(t, 3, servers, `{"peerSyncerRef": "peer-syncer"}`, slow)
+	_, ms := startMembers(t, servers, `{"peerSyncerRef": "peer-syncer"}`, slow)
 	wait.ForEvery(t, 10*time.Second, 20*time.Millisecond, func() string {
 		if n := len(ms[0].src.State().Members); n != 3 {
 			return fmt.Sprintf("%d members", n)

@@ -182,14 +182,14 @@ type Plugin struct {
 
 // server is what the source knows of one model server.
 type server struct {
-	ep         fwkdl.Endpoint
-	seen       time.Time     // its last Dispatch
-	period     time.Duration // between its last two Dispatches (the tick)
-	firstSeen  time.Time
-	scrapedAt  time.Time // of the data last fed to the extractors (the scraper's clock)
-	scrapedBy  string    // who read it (this replica or a peer)
-	sharedAt   time.Time // when a peer's share of it last arrived
-	lastMode   string
+	ep        fwkdl.Endpoint
+	seen      time.Time     // its last Dispatch
+	period    time.Duration // between its last two Dispatches (the tick)
+	firstSeen time.Time
+	scrapedAt time.Time // of the data last fed to the extractors (the scraper's clock)
+	scrapedBy string    // who read it (this replica or a peer)
+	sharedAt  time.Time // when a peer's share of it last arrived
+	lastMode  string
 }
 
 // Factory builds fleet-metrics-data-source.
