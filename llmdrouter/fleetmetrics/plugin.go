@@ -41,7 +41,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"runtime/debug"
 	"slices"
 	"sync"
@@ -256,7 +255,7 @@ func Factory(name string, raw *json.Decoder, handle fwkplugin.Handle) (fwkplugin
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Type, err)
 	}
-	ps.HandleDebug(DebugPath(name), http.HandlerFunc(pl.serveState))
+	ps.HandleDebugState(DebugPath(name), pl.DumpState)
 	ctx := handle.Context()
 	if ctx == nil {
 		ctx = context.Background()

@@ -2,7 +2,6 @@ package fleetmetrics
 
 import (
 	"encoding/json"
-	"net/http"
 	"slices"
 	"time"
 )
@@ -59,14 +58,3 @@ func (p *Plugin) State() State {
 
 // DumpState implements fwkplugin.StateDumper (the EPP's /debug/plugins/state).
 func (p *Plugin) DumpState() (json.RawMessage, error) { return json.Marshal(p.State()) }
-
-func (p *Plugin) serveState(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	b, _ := p.DumpState()
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(append(b, '\n'))
-}

@@ -310,6 +310,21 @@ func (p *Plugin) Syncer() *peersync.Syncer { return p.s }
 // there).
 func (p *Plugin) HandleDebug(path string, h http.Handler) { p.pd.HandleDebug(path, h) }
 
+// HandleDebugState serves, at path on the discovery plugin's debugAddress, the
+// JSON document dump gives (a plugin's fwkplugin.StateDumper): GET and HEAD only.
+func (p *Plugin) HandleDebugState(path string, dump func() (json.RawMessage, error)) {
+	p.HandleDebug(path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		b, _ := dump()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(append(b, '\n'))
+	}))
+}
+
 // learnAggregates gives the document the aggregates of the EPP's contributors.
 func (p *Plugin) learnAggregates() {
 	for _, pl := range p.handle.GetAllPlugins() {

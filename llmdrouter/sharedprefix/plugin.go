@@ -39,7 +39,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net/http"
 	"os"
 	"slices"
 	"sort"
@@ -237,7 +236,7 @@ func Factory(name string, raw *json.Decoder, handle fwkplugin.Handle) (fwkplugin
 		return nil, fmt.Errorf("%s: %w", Type, err)
 	}
 	pl.ae.tr = pl.bc
-	ps.HandleDebug(DebugPath(name), http.HandlerFunc(pl.serveState))
+	ps.HandleDebugState(DebugPath(name), pl.DumpState)
 	go pl.followPool(ctx, handle)
 	if aeInterval > 0 {
 		go pl.ae.run(ctx)
@@ -274,17 +273,6 @@ func BroadcastName(name string) string { return "prefix/" + name }
 // authentication, as the rest of that address. The same document is in the EPP's
 // /debug/plugins/state.
 func DebugPath(name string) string { return "/debug/shared-prefix/" + name }
-
-func (p *Plugin) serveState(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	b, _ := p.DumpState()
-	w.Header().Set("Content-Type", "application/json")
-	_, _ = w.Write(append(b, '\n'))
-}
 
 // TypedName implements fwkplugin.Plugin.
 func (p *Plugin) TypedName() fwkplugin.TypedName { return p.typedName }
