@@ -17,7 +17,8 @@ import (
 // maxControlBytes); each part of entries stands alone, in binary:
 //
 //	open     (opener → peer): the opener's recent leaves, and its roots: per server
-//	         of its pool, its capacity, blocks and digest without those leaves
+//	         of its pool, its capacity (0: not read from the server's metrics
+//	         yet), blocks and digest without those leaves
 //	groups   (peer → opener): notReady, or the peer's recent leaves and, per
 //	         server whose root differs, its blocks and the 64 group digests
 //	         without either replica's recent leaves (with all of them when either
@@ -67,7 +68,7 @@ type control struct {
 // rootInfo is one server's root, as an open carries it.
 type rootInfo struct {
 	Server   string `json:"server"`
-	Capacity int    `json:"capacity"`
+	Capacity int    `json:"capacity"` // 0: not known yet (Plugin.statedCapacity)
 	Blocks   int    `json:"blocks"`
 	Digest   uint64 `json:"digest"`
 }

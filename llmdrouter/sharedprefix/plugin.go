@@ -565,6 +565,22 @@ func (p *Plugin) localCapacity(server string) int {
 	return p.configuredCapacity()
 }
 
+// statedCapacity is the capacity this replica states for server in an exchange:
+// with autoTune, 0 until it has read the server's from its metrics (on the first
+// request it scores). A replica that starts then compares with its peers at once
+// and takes their blocks, rather than refusing to compare as if it sized the
+// server otherwise (the configured capacity it holds the server at meanwhile);
+// once it reads the server's capacity it resizes to it, as its peers have.
+func (p *Plugin) statedCapacity(server string) int {
+	if !p.p.AutoTune {
+		return p.configuredCapacity()
+	}
+	if v, ok := p.caps.Load(server); ok {
+		return v.(int)
+	}
+	return 0
+}
+
 // Index is what the plugin holds, for the document and the tests.
 type Index struct {
 	// Warm: an exchange with a peer completed (its index and this one's agreed,

@@ -39,6 +39,9 @@ const syncerParams = `{"peerDiscoveryRef": "peer-discovery", "interval": "50ms"}
 type pool struct {
 	mu    sync.Mutex
 	names []types.NamespacedName
+	// cacheBlocks is what each endpoint's metrics give as its cache's blocks (0:
+	// none: autoTune takes the configured capacity).
+	cacheBlocks int
 }
 
 func newPool(n int) *pool {
@@ -72,7 +75,7 @@ func (p *pool) remove(i int) {
 func (p *pool) endpoints() []fwksched.Endpoint {
 	var out []fwksched.Endpoint
 	for _, n := range p.list() {
-		out = append(out, fwksched.NewEndpoint(&fwkdl.EndpointMetadata{ID: n, Name: n.Name}, &fwkdl.Metrics{}, nil))
+		out = append(out, fwksched.NewEndpoint(&fwkdl.EndpointMetadata{ID: n, Name: n.Name}, &fwkdl.Metrics{CacheNumBlocks: p.cacheBlocks}, nil))
 	}
 	return out
 }
@@ -322,6 +325,42 @@ func TestBootstrapAtDefaultCapacityAndRestart(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	waitMatched(t, b, probe, 7, perRoute)
 	waitMatched(t, c, probe, 7, perRoute)
+}
+
+// TestAReplicaThatHasNotReadItsServersCapacityGetsItsPeersIndex: with autoTune
+// (the default), a replica reads a server's capacity from the server's metrics
+// when it first scores a request. A replica that starts (a rolling restart's new
+// one) used to state the configured capacity in its exchanges until then, and its
+// peers, which state the server's, refused to compare the server with it: it was
+// warm with an empty index, and routed cold until an exchange after its first
+// request (the hit rate lost during make bench-routing's rolling restart). Here
+// it gets its peer's index, full LRUs included, before it scores a request, and
+// keeps the same digest once it has read the capacity.
+func TestAReplicaThatHasNotReadItsServersCapacityGetsItsPeersIndex(t *testing.T) {
+	p := newPool(4)
+	p.cacheBlocks = 64
+	f := pluginfleet.New(t, 2)
+	f.PodList = p.list
+	a := start(t, f, 0, p)
+	waitWarm(t, a)
+	for i := range 48 { // 12 requests of 8 blocks a server: 96 blocks for 64 places
+		a.route(t, prompt(uint64(i), 8), i%4)
+	}
+	waitBlocks(t, a, 4*64)
+	b := start(t, f, 1, p)
+	waitWarm(t, b)
+	if got, want := b.sp.State(), a.sp.State(); got.Blocks != want.Blocks || got.Digest != want.Digest {
+		t.Fatalf("warm before its first request, %s holds %d blocks (digest %s), want its peer's %d (%s)", b.Name, got.Blocks, got.Digest, want.Blocks, want.Digest)
+	}
+	probe := prompt(47, 8) // the last request to server 3
+	waitMatched(t, b, probe, 3, 8) // b scores it: it reads the servers' capacity
+	b.route(t, prompt(1000, 8), 0)
+	wait.For(t, 5*time.Second, func() string {
+		if got, want := b.sp.State(), a.sp.State(); got.Blocks != 4*64 || got.Digest != want.Digest {
+			return fmt.Sprintf("after a request, %s holds %d blocks (digest %s), %s %d (%s); want 256 each, the same digest", b.Name, got.Blocks, got.Digest, a.Name, want.Blocks, want.Digest)
+		}
+		return ""
+	})
 }
 
 // TestAReplicaWhosePoolIsNotListedYetFillsItsIndexOnceItIs: the EPP builds its
