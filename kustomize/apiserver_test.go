@@ -23,6 +23,7 @@ func TestOverlaysAcceptedUnderRestrictedPodSecurity(t *testing.T) {
 		{"state-sync", true, []string{"peer-discovery", "state-sync", "peer-network-policy"}},
 		{"state-sync-tls", true, []string{"peer-discovery", "state-sync", "state-sync-tls"}},
 		{"shared-prefix-index", true, []string{"peer-discovery", "state-sync", "shared-prefix-index"}},
+		{"shared-scraping", true, []string{"peer-discovery", "state-sync", "shared-prefix-index", "shared-scraping"}},
 		{"tracing", false, []string{"tracing"}},
 		// DNS SRV discovery needs no RBAC: no endpointslices rule.
 		{"dns", false, []string{"peer-discovery-dns"}},

@@ -118,13 +118,19 @@ func envOf(c corev1.Container) []string {
 	return out
 }
 
-// config is the EPP configuration file of the overlay, decoded.
+// config is the EPP configuration file of the overlay (the one its --config-file
+// names), decoded.
 func config(t *testing.T, objs []client.Object) map[string]any {
 	t.Helper()
+	file := eppConfigFileOf(objs)
 	for _, o := range objs {
 		if cm, ok := o.(*corev1.ConfigMap); ok && strings.HasSuffix(cm.Name, "epp-config") {
+			content, ok := cm.Data[file]
+			if !ok {
+				t.Fatalf("the EPP reads /config/%s, which ConfigMap %s does not hold", file, cm.Name)
+			}
 			var cfg map[string]any
-			if err := yaml.Unmarshal([]byte(cm.Data["default-plugins.yaml"]), &cfg); err != nil {
+			if err := yaml.Unmarshal([]byte(content), &cfg); err != nil {
 				t.Fatal(err)
 			}
 			return cfg

@@ -143,8 +143,8 @@ func TestComponentsRefuseTheWrongMode(t *testing.T) {
 	}
 }
 
-// TestComponentsRefuseCombinationsThatCannotWork: state-sync-tls or
-// shared-prefix-index without state-sync (settings for a syncer that is not there),
+// TestComponentsRefuseCombinationsThatCannotWork: state-sync-tls,
+// shared-prefix-index or shared-scraping without state-sync (settings for a syncer that is not there),
 // tracing on an EPP container that is the user's, and peer-discovery-dns with
 // peer-discovery or peer-discovery-sidecar (an endpointslices Role DNS does not
 // need, two plugins' settings on one EPP) fail to build, in either order, with a
@@ -166,6 +166,10 @@ func TestComponentsRefuseCombinationsThatCannotWork(t *testing.T) {
 		{[]string{"peer-discovery", "shared-prefix-index"}, "epp-peer-discovery~1state-sync"},
 		{[]string{"shared-prefix-index"}, "epp-peer-discovery~1state-sync"},
 		{[]string{"peer-discovery", "shared-prefix-index", "state-sync"}, "epp-peer-discovery~1state-sync"},
+		// Shared scraping shares over the syncer's connections, and reads the file
+		// state-sync writes.
+		{[]string{"peer-discovery", "shared-scraping"}, "epp-peer-discovery~1state-sync"},
+		{[]string{"peer-discovery", "shared-scraping", "state-sync"}, "epp-peer-discovery~1state-sync"},
 		// The EPP container is the user's in sidecar mode: tracing sets llm-d-router's EPP's flag.
 		{[]string{"peer-discovery-sidecar", "tracing"}, "epp-peer-discovery~1epp-container"},
 	} {

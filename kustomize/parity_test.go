@@ -59,6 +59,28 @@ type containerView struct {
 	VolumeMounts  []corev1.VolumeMount
 }
 
+const (
+	eppConfigFile = "(the file the EPP reads)"
+	eppConfigFlag = "--config-file=/config/" + eppConfigFile
+)
+
+// eppConfigFileOf is the name of the file, in the ConfigMap mounted at /config,
+// that the epp container's --config-file names ("" when none does).
+func eppConfigFileOf(objs []client.Object) string {
+	for _, o := range objs {
+		if d, ok := o.(*appsv1.Deployment); ok {
+			for _, c := range d.Spec.Template.Spec.Containers {
+				for _, f := range flags(c.Args) {
+					if name, ok := strings.CutPrefix(f, "--config-file=/config/"); ok && c.Name == "epp" {
+						return name
+					}
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // containerViews compares ports as a set (kustomize's strategic merge puts added
 // ports first).
 func containerViews(cs []corev1.Container) []containerView {
@@ -69,8 +91,14 @@ func containerViews(cs []corev1.Container) []containerView {
 		// after its own, and nothing refers to another variable.
 		c.Env = slices.SortedFunc(slices.Values(c.Env), func(a, b corev1.EnvVar) int { return strings.Compare(a.Name, b.Name) })
 		c.VolumeMounts = slices.SortedFunc(slices.Values(c.VolumeMounts), func(a, b corev1.VolumeMount) int { return strings.Compare(a.Name, b.Name) })
+		fs := flags(c.Args)
+		for i, f := range fs {
+			if strings.HasPrefix(f, "--config-file=/config/") && c.Name == "epp" {
+				fs[i] = eppConfigFlag
+			}
+		}
 		out = append(out, containerView{
-			Name: c.Name, Image: c.Image, PullPolicy: c.ImagePullPolicy, RestartPolicy: c.RestartPolicy, Flags: flags(c.Args),
+			Name: c.Name, Image: c.Image, PullPolicy: c.ImagePullPolicy, RestartPolicy: c.RestartPolicy, Flags: fs,
 			Env: c.Env, Ports: c.Ports, Probes: []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe},
 			Resources: &c.Resources, Security: c.SecurityContext, VolumeMounts: c.VolumeMounts,
 		})
@@ -93,8 +121,14 @@ func flags(args []string) []string {
 	return out
 }
 
+// views are the objects' views. The ConfigMap that holds the file the EPP reads
+// (its --config-file, which ../shared-scraping points at a file the state-sync
+// components write beside default-plugins.yaml) shows that file alone, as
+// eppConfigFile, and the EPP's --config-file flag is eppConfigFlag: what the
+// EPP is configured with is compared, not which key of the ConfigMap holds it.
 func views(objs []client.Object) map[string]view {
 	out := map[string]view{}
+	read := eppConfigFileOf(objs)
 	for _, o := range objs {
 		var v view
 		switch o := o.(type) {
@@ -116,10 +150,17 @@ func views(objs []client.Object) map[string]view {
 			v.MaxUnavailable = o.Spec.MaxUnavailable.String()
 		case *corev1.ConfigMap:
 			v.Config = map[string]any{}
+			_, eppConfig := o.Data[read]
 			for name, content := range o.Data {
+				if eppConfig && name != read {
+					continue // a file the EPP does not read
+				}
 				var doc any
 				if err := yaml.Unmarshal([]byte(content), &doc); err != nil {
 					doc = "not YAML: " + err.Error()
+				}
+				if eppConfig {
+					name = eppConfigFile
 				}
 				v.Config[name] = doc
 			}
@@ -204,6 +245,16 @@ func TestParityWithHelm(t *testing.T) {
 		{"state sync with the shared prefix index and mTLS, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true},
 			[]string{"peer-discovery", "state-sync", "shared-prefix-index", "state-sync-tls"},
 			map[string]any{"enabled": true, "sharedPrefixIndex": map[string]any{"enabled": true}, "tls": map[string]any{"secretName": "epp-peer-sync-tls"}}, false},
+		{"state sync with shared scraping", "epp", "", map[string]any{"enabled": true}, []string{"peer-discovery", "state-sync", "shared-scraping"},
+			map[string]any{"enabled": true, "sharedScraping": map[string]any{"enabled": true}}, false},
+		{"state sync with the shared prefix index and shared scraping", "epp", "", map[string]any{"enabled": true},
+			[]string{"peer-discovery", "state-sync", "shared-prefix-index", "shared-scraping"},
+			map[string]any{"enabled": true, "sharedPrefixIndex": map[string]any{"enabled": true}, "sharedScraping": map[string]any{"enabled": true}}, false},
+		// In either order: both components write the file shared-scraping reads.
+		{"state sync with shared scraping and the shared prefix index, mTLS, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true},
+			[]string{"peer-discovery", "state-sync", "shared-scraping", "shared-prefix-index", "state-sync-tls"},
+			map[string]any{"enabled": true, "sharedPrefixIndex": map[string]any{"enabled": true}, "sharedScraping": map[string]any{"enabled": true},
+				"tls": map[string]any{"secretName": "epp-peer-sync-tls"}}, false},
 		{"tracing", "epp", "", nil, []string{"tracing"}, nil, false},
 		{"tracing, state sync, release router = namePrefix router-", "router", "router-", map[string]any{"enabled": true},
 			[]string{"peer-discovery", "state-sync", "tracing"}, map[string]any{"enabled": true}, false},
