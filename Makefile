@@ -380,14 +380,15 @@ bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replic
 	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md,$(ROOT)/docs/SHARING-STATE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
 
 .PHONY: bench-capacity
-bench-capacity: k8s build-llmd ## Capacity: llm-d-router's EPP at 1, 3 and 8 replicas (one replica, LocalSyncer, peer-syncer, the shared prefix index on both profiles, and on the default one as one replica of N at the full rate, its N-1 peers emulated) under open-loop load at 3 rates, model servers that answer at once, each configuration in rounds beside a one-replica reference; the marginal CPU per request (the slope of CPU against rate, every replica's), requests per core, scaling efficiency paired by round; writes docs/PERFORMANCE.md (and its headline into README.md) and docs/capacity-bench.svg (~15 min, its last run 14m26s; not in make test).
+bench-capacity: k8s build-llmd ## Capacity: llm-d-router's EPP at 1, 3 and 8 replicas (one replica, LocalSyncer, peer-syncer, the shared prefix index on both profiles, with shared scraping, and on the default one as one replica of N at the full rate, its N-1 peers emulated) under open-loop load at 3 rates, model servers that answer at once, each configuration in rounds beside a one-replica reference; the marginal CPU per request (the slope of CPU against rate, every replica's), requests per core, scaling efficiency paired by round, scrapes per server; then the scrape load (8 replicas scraping 32 servers' vLLM pages every second against 8 sharing the scrapes, idle CPU paired by window); writes docs/PERFORMANCE.md (and its headline into README.md) and docs/capacity-bench.svg (~18 min; not in make test).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md --plot=$(ROOT)/docs/capacity-bench.svg $(BENCH_CAPACITY_FLAGS)
 
 .PHONY: bench-capacity-smoke
-bench-capacity-smoke: k8s build-llmd ## A short bench-capacity (one replica, and one of 3 whose 2 peers are emulated; 2 rates, 2 rounds of 1 s windows; ~1 min) that fails when a request is not answered or the replica did not merge 2 of its peers' placements for each of its own.
+bench-capacity-smoke: k8s build-llmd ## A short bench-capacity (one replica, and one of 3 whose 2 peers are emulated; 2 rates, 2 rounds of 1 s windows; a scrape load of 3 replicas on 4 servers; ~1.5 min) that fails when a request is not answered, the replica did not merge 2 of its peers' placements for each of its own, or shared scraping reads a server more often than one replica would.
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
-	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --configs=single,shared-index-loaded --replicas=3 --rates=100,200 --rounds=2 --window=1s
+	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --configs=single,shared-index-loaded --replicas=3 --rates=100,200 --rounds=2 --window=1s \
+		--scrape-servers=4 --scrape-replicas=3 --scrape-refresh=200ms --scrape-windows=2 --scrape-window=1s
 
 .PHONY: bench-routing-smoke
 bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index, one seed; ~1.5 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, a placement of the shared index was not merged by every peer, or the shared index does not beat LocalSyncer's hit rate by 0.07.

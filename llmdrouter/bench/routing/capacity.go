@@ -65,6 +65,7 @@ type capacityOptions struct {
 	quote    []string
 	plot     string
 	pprofDir string
+	scrape   scrapeLoadOptions
 	// measuredBy is the command the report names as its source.
 	measuredBy string
 }
@@ -73,7 +74,7 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	fs := flag.NewFlagSet("capacity", flag.ExitOnError)
 	var o capacityOptions
 	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
-	configs := fs.String("configs", "single,local,peer,shared-index-default,shared-index-loaded,shared-index", "configurations (of run's, and shared-index-loaded: one replica of N, its peers emulated at its rate): single runs 1 replica (the reference every other one is paired with), the others --replicas")
+	configs := fs.String("configs", "single,local,peer,shared-index-default,shared-index-loaded,shared-index,shared-scraping", "configurations (of run's, and shared-index-loaded: one replica of N, its peers emulated at its rate): single runs 1 replica (the reference every other one is paired with), the others --replicas")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	rates := fs.String("rates", "200,400,600", "open-loop request rates, in requests a second over every replica together (at least 2; with the idle windows, a slope has 3 points or more)")
 	fs.DurationVar(&o.window, "window", 2500*time.Millisecond, "each window (a rate's, or an idle one)")
@@ -83,6 +84,14 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	o.page = modelsim.CorePage // DECISIONS: "The model servers' metrics page"
 	fs.Func("metrics-page", fmt.Sprintf("what each server's /metrics renders: %q (a vLLM v1 server's page, histograms included) or %q (the families llm-d-router reads; the default)", modelsim.VLLMPage, modelsim.CorePage),
 		func(v string) error { o.page = modelsim.MetricsPage(v); return stubConfig(o.page).Validate() })
+	fs.IntVar(&o.scrape.servers, "scrape-servers", 32, "the scrape load's model servers (0: no scrape load section)")
+	fs.IntVar(&o.scrape.replicas, "scrape-replicas", 8, "the scrape load's replicas, of each of its two fleets")
+	fs.DurationVar(&o.scrape.refresh, "scrape-refresh", time.Second, "the scrape load's --refresh-metrics-interval (at 50ms, the whole page on 32 servers at 8 replicas is more than 2 cores parse)")
+	o.scrape.page = modelsim.VLLMPage
+	fs.Func("scrape-page", fmt.Sprintf("the scrape load's /metrics page: %q (the default) or %q", modelsim.VLLMPage, modelsim.CorePage),
+		func(v string) error { o.scrape.page = modelsim.MetricsPage(v); return stubConfig(o.scrape.page).Validate() })
+	fs.IntVar(&o.scrape.windows, "scrape-windows", 8, "the scrape load's idle windows")
+	fs.DurationVar(&o.scrape.window, "scrape-window", 5*time.Second, "each of the scrape load's windows")
 	fs.StringVar(&o.write, "write", "", "write the table into this markdown file, between the capacity-bench markers")
 	quote := fs.String("quote", "", "with --write, write the capacity headline also into these markdown files (comma-separated), between the capacity-headline markers")
 	fs.StringVar(&o.plot, "plot", "", "write the plot (SVG) of requests per core against replicas to this file")
@@ -121,6 +130,13 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 		return o, fmt.Errorf("--rounds=%d: want 2 to 30 (an interval needs 2)", o.rounds)
 	case o.servers < 1 || o.servers > 100:
 		return o, fmt.Errorf("--servers=%d: want 1 to 100", o.servers)
+	case o.scrape.servers < 0 || o.scrape.servers > 100:
+		return o, fmt.Errorf("--scrape-servers=%d: want 0 (no scrape load) to 100", o.scrape.servers)
+	case o.scrape.servers > 0 && (o.scrape.replicas < 2 || o.scrape.replicas > 16):
+		return o, fmt.Errorf("--scrape-replicas=%d: want 2 to 16 (shared scraping needs a peer)", o.scrape.replicas)
+	case o.scrape.servers > 0 && (o.scrape.windows < 2 || o.scrape.window < time.Second || o.scrape.refresh < 0):
+		return o, fmt.Errorf("--scrape-windows=%d, --scrape-window=%v, --scrape-refresh=%v: want 2 windows or more (an interval), of 1s or more, and an interval of 0 (upstream's default) or more",
+			o.scrape.windows, o.scrape.window, o.scrape.refresh)
 	}
 	if _, err := os.Stat(o.epp); err != nil {
 		return o, fmt.Errorf("--epp=%s: %w", o.epp, err)
@@ -251,14 +267,19 @@ func capacityMain(args []string) error {
 		logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "routingbench capacity: "+f+"\n", a...) }}
 	start := time.Now()
 	results := b.capacitySessions(o, stubs)
-	md := capacityReport(o, results, time.Since(start))
+	stubs.close() // the scrape load's servers take their addresses
+	var scrape scrapeLoadResult
+	if o.scrape.servers > 0 {
+		scrape = b.scrapeLoad(o.scrape, o.epp)
+	}
+	md := capacityReport(o, results, scrape, time.Since(start))
 	fmt.Println(md)
 	if o.write != "" {
 		if err := markdown.ReplaceSection(o.write, capacityBegin, capacityEnd, md); err != nil {
 			return err
 		}
 		for _, p := range o.quote {
-			if err := markdown.ReplaceSection(p, capacityHeadlineBegin, headlineEndOf("capacity-headline"), capacityHeadline(results)+"\n"); err != nil {
+			if err := markdown.ReplaceSection(p, capacityHeadlineBegin, headlineEndOf("capacity-headline"), capacityHeadline(results, scrape)+"\n"); err != nil {
 				return err
 			}
 		}
@@ -272,6 +293,9 @@ func capacityMain(args []string) error {
 		if r.failure != "" {
 			return fmt.Errorf("%s × %d: %s", r.title, r.replicas, r.failure)
 		}
+	}
+	if o.scrape.servers > 0 {
+		return scrape.check()
 	}
 	return nil
 }
@@ -520,6 +544,11 @@ func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int
 		other = ref.scrapes
 	}
 	res.scrapes = (float64(stubs.total()-scrapes0)/time.Since(began).Seconds() - other) / float64(o.servers)
+	if sub.c.sharesScraping {
+		if err := checkSharedScrapes(res.scrapes, o.refresh); err != nil {
+			return err
+		}
+	}
 	slope, _ := res.fit()
 	b.logf("%s × %d: idle %.2f%% of a core per replica; %s µs of CPU per request, every replica together; scaling efficiency %s; %.1f scrapes a second per model server",
 		sub.c.title, n, 100*res.idle(), slope.scaled(1e6).format(0), res.efficiency().format(2), res.scrapes)
@@ -825,7 +854,7 @@ func headlineEndOf(name string) string { return "<!-- " + name + ":end -->" }
 const targetMarginal = 1.1
 
 // capacityReport is the section: the table, per configuration and replica count.
-func capacityReport(o capacityOptions, results []capacityResult, took time.Duration) string {
+func capacityReport(o capacityOptions, results []capacityResult, scrape scrapeLoadResult, took time.Duration) string {
 	var sb strings.Builder
 	var rates []string
 	for _, r := range o.rates {
@@ -869,8 +898,9 @@ func capacityReport(o capacityOptions, results []capacityResult, took time.Durat
 		fmt.Fprintf(&sb, "| %s | %d | %s µs | %s | %s | %s | %.1f%% of a core | %.1f | %d of %d |\n", r.title, r.replicas, us.format(0), perCore, eff,
 			millis(float64(stats.Percentile(sorted(top.route), 0.99))), 100*r.idle(), r.scrapes, answered, sent)
 	}
+	sb.WriteString(scrape.report())
 	fmt.Fprintf(&sb, "\n<!-- capacity-headline:begin (generated by `make bench-capacity` into docs/PERFORMANCE.md and README.md; make lint checks that they agree) -->\n%s\n%s\n",
-		capacityHeadline(results), headlineEndOf("capacity-headline"))
+		capacityHeadline(results, scrape), headlineEndOf("capacity-headline"))
 	sb.WriteString("\n![Requests per core of EPP against the number of replicas, per configuration](capacity-bench.svg)\n")
 	return sb.String()
 }
@@ -895,7 +925,7 @@ func findCapacity(results []capacityResult, config string, n int) *capacityResul
 // capacityHeadline is what active-active buys in capacity, as the README says it:
 // the shared index's replicas on both profiles, and LocalSyncer's (sharing
 // nothing) for what more replicas cost without it.
-func capacityHeadline(results []capacityResult) string {
+func capacityHeadline(results []capacityResult, scrape scrapeLoadResult) string {
 	one := findCapacity(results, "single", 1)
 	if one == nil || one.failure != "" {
 		return "Capacity: not measured."
@@ -924,8 +954,15 @@ func capacityHeadline(results []capacityResult) string {
 	if len(parts) == 0 {
 		return "Capacity: not measured."
 	}
-	return fmt.Sprintf("Capacity: one replica routes %.0f requests a second per core of EPP. Against it, paired in time, %s one replica's capacity (95%% intervals; %.2f× N is the target at 8 replicas sharing the index).",
+	out := fmt.Sprintf("Capacity: one replica routes %.0f requests a second per core of EPP. Against it, paired in time, %s one replica's capacity (95%% intervals; %.2f× N is the target at 8 replicas sharing the index).",
 		1/s1.Mean, strings.Join(parts, "; "), 1/targetMarginal)
+	if s := scrapesSentence(results); s != "" {
+		out += " " + s
+	}
+	if s := scrape.sentence(); s != "" {
+		out += " " + s
+	}
+	return out
 }
 
 // capacityPlot is requests per core of EPP (the fleet's, at the marginal cost)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/modelsim"
 )
 
 // fakeCapacity is a configuration whose replicas use idle cores with no request
@@ -112,7 +114,7 @@ func TestCapacityReportAndPlot(t *testing.T) {
 		paired(fakeCapacity("shared-index", "shared prefix index", 8, 0.40, 0.0025, []float64{0.002, -0.002, 0.003, -0.003})),
 		{config: "peer", title: "peer-syncer (in-flight load shared)", replicas: 3, failure: "replica exited\nits output"},
 	}
-	md := capacityReport(o, results, time.Minute)
+	md := capacityReport(o, results, scrapeLoadResult{}, time.Minute)
 	for _, want := range []string{
 		"| one replica | 1 | 2000 [2000, 2000] µs | 500 [500, 500] | the reference |",
 		"| LocalSyncer (nothing shared) | 8 | 2100 [2100, 2100] µs | 476 [476, 476] | 0.95 [0.95, 0.95] |",
@@ -141,7 +143,49 @@ func TestCapacityReportAndPlot(t *testing.T) {
 			lines++
 		}
 	}
-	if lines != 5 { // local, peer, shared-index-default and shared-index-tick (one point: the single replica's), shared-index
-		t.Errorf("%d lines in the plot, want 5", lines)
+	if lines != 6 { // local, peer, shared-index-default, shared-index-loaded, shared-index and shared-scraping
+		t.Errorf("%d lines in the plot, want 6", lines)
+	}
+}
+
+// TestScrapeLoadReport: the scrape load's table and sentence give each fleet's
+// scrapes and idle CPU, and the ratio paired by window (a drift that raises both
+// fleets in one window cancels out of it); the bench fails when shared scraping
+// reads a server more often than one replica would, or the other fleet less often
+// than every replica would.
+func TestScrapeLoadReport(t *testing.T) {
+	o := scrapeLoadOptions{servers: 32, replicas: 8, refresh: time.Second, page: modelsim.VLLMPage, windows: 4, window: 5 * time.Second}
+	r := scrapeLoadResult{o: o, fleets: []scrapeFleet{
+		{config: "shared-index-default", scrapes: 8.0, idle: []float64{0.10, 0.20, 0.10, 0.20}},
+		{config: "shared-scraping", scrapes: 1.0, idle: []float64{0.04, 0.08, 0.04, 0.08}},
+	}}
+	if iv := r.ratio(); iv.N != 4 || math.Abs(iv.Mean-0.4) > 1e-9 || math.Abs(iv.Lo-0.4) > 1e-9 {
+		t.Fatalf("ratio %+v, want exactly 0.40 in every window", iv)
+	}
+	md := r.report()
+	for _, want := range []string{
+		"| every replica scrapes every server (`metrics-data-source`) | 8 | 32 | 8.0 | 15.0 [",
+		"| shared scraping (`fleet-metrics-data-source`) | 8 | 32 | 1.0 | 6.0 [",
+		"At 8 replicas and 32 servers (a vLLM server's whole page, scraped every 1s), shared scraping reads each server 1.0 times a second against 8.0, and a replica's idle CPU is 0.40 [0.40, 0.40] of what it is",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("the scrape load report lacks %q:\n%s", want, md)
+		}
+	}
+	if err := r.check(); err != nil {
+		t.Errorf("check: %v", err)
+	}
+	r.fleets[1].scrapes = 2.0 // two replicas scrape each server
+	if err := r.check(); err == nil || !strings.Contains(err.Error(), "shared scraping: 2.0 scrapes") {
+		t.Errorf("check with 2 scrapes per server and second shared: %v, want an error", err)
+	}
+	r.fleets[0].scrapes, r.fleets[1].scrapes = 3.0, 1.0
+	if err := r.check(); err == nil || !strings.Contains(err.Error(), "every replica scraping: 3.0") {
+		t.Errorf("check with 3 scrapes per server and second from 8 replicas: %v, want an error", err)
+	}
+	results := []capacityResult{{config: "single", replicas: 1, scrapes: 20}, {config: "shared-index-default", replicas: 3, scrapes: 60},
+		{config: "shared-scraping", replicas: 3, scrapes: 20}, {config: "shared-scraping", replicas: 8, scrapes: 20.1}}
+	if got, want := scrapesSentence(results), "Each model server is scraped 20.0 times a second by one replica; with shared scraping 20.0 at 3 and 20.1 at 8 replicas, against 60.0 at 3 when every replica scrapes it."; got != want {
+		t.Errorf("scrapes sentence:\n%s\nwant\n%s", got, want)
 	}
 }

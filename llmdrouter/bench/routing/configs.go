@@ -28,6 +28,9 @@ type configuration struct {
 	// each placement it publishes (echoPeers): a replica of N that all route at its
 	// rate.
 	emulatedPeers bool
+	// sharesScraping: the replicas scrape each model server once for the fleet
+	// (fleet-metrics-data-source), not once each.
+	sharesScraping bool
 	// config is the EPP configuration of replica r.
 	config func(r *eppreplica.Replica) string
 }
@@ -231,7 +234,7 @@ var configurations = []configuration{
 		// source. Against shared-index-default, it shows what scraping once costs
 		// the routing (the scorers read a peer's scrape for most servers) and saves
 		// the servers and the replicas.
-		name: "shared-scraping", title: "shared prefix index + shared scraping, default profile", syncs: true, sharesIndex: true,
+		name: "shared-scraping", title: "shared prefix index + shared scraping, default profile", syncs: true, sharesIndex: true, sharesScraping: true,
 		config: func(r *eppreplica.Replica) string {
 			return withSharedScraping(defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncerOnly, "", peerSyncerDataLayer))
 		},

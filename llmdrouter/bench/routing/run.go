@@ -548,9 +548,13 @@ func (b *bench) waitReady(c configuration, procs []*eppProc, n int, scrapes0 []i
 				}
 			}
 		}
+		want, per := 5*len(procs), "5 a replica"
+		if c.sharesScraping {
+			want, per = 5, "5 for the fleet" // one replica scrapes each server
+		}
 		for i, s := range b.scrapes() {
-			if got := s - scrapes0[i]; got < int64(5*len(procs)) {
-				wrong = append(wrong, fmt.Sprintf("server %d: %d scrapes, want %d (5 a replica)", i, got, 5*len(procs)))
+			if got := s - scrapes0[i]; got < int64(want) {
+				wrong = append(wrong, fmt.Sprintf("server %d: %d scrapes, want %d (%s)", i, got, want, per))
 			}
 		}
 		if len(wrong) == 0 {
