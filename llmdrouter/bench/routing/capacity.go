@@ -89,7 +89,10 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	fs.DurationVar(&o.scrape.refresh, "scrape-refresh", time.Second, "the scrape load's --refresh-metrics-interval (at 50ms, the whole page on 32 servers at 8 replicas is more than 2 cores parse)")
 	o.scrape.page = modelsim.VLLMPage
 	fs.Func("scrape-page", fmt.Sprintf("the scrape load's /metrics page: %q (the default) or %q", modelsim.VLLMPage, modelsim.CorePage),
-		func(v string) error { o.scrape.page = modelsim.MetricsPage(v); return stubConfig(o.scrape.page).Validate() })
+		func(v string) error {
+			o.scrape.page = modelsim.MetricsPage(v)
+			return stubConfig(o.scrape.page).Validate()
+		})
 	fs.IntVar(&o.scrape.windows, "scrape-windows", 8, "the scrape load's idle windows")
 	fs.DurationVar(&o.scrape.window, "scrape-window", 5*time.Second, "each of the scrape load's windows")
 	fs.StringVar(&o.write, "write", "", "write the table into this markdown file, between the capacity-bench markers")
