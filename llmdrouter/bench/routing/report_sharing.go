@@ -416,5 +416,52 @@ func (b *bench) restartTable() string {
 	if len(lines) > 0 {
 		fmt.Fprintf(&sb, "\nHit rate through the rolling restart: %s.\n", strings.Join(lines, "; "))
 	}
+	sb.WriteString(restartRatios(b.restarts))
+	return sb.String()
+}
+
+// restartRatios is, per configuration run with baselines, each seed's hit rate
+// during and after the rolling restart over its baseline's in the same phase
+// (the same seed's workload with no restart): their means with 95% intervals,
+// against the fault runs' target (at least 0.97 of the baseline).
+func restartRatios(runs []restartResult) string {
+	type ratios struct {
+		title         string
+		during, after []float64
+	}
+	var order []*ratios
+	byConfig := map[string]*ratios{}
+	for _, rr := range runs {
+		if rr.baseline || len(rr.phases) != 3 {
+			continue
+		}
+		i := slices.IndexFunc(runs, func(o restartResult) bool {
+			return o.baseline && o.config == rr.config && o.seed == rr.seed && len(o.phases) == 3
+		})
+		if i < 0 {
+			continue
+		}
+		r := byConfig[rr.config]
+		if r == nil {
+			r = &ratios{title: rr.title}
+			byConfig[rr.config] = r
+			order = append(order, r)
+		}
+		for k, into := range map[int]*[]float64{1: &r.during, 2: &r.after} {
+			if p, q := rr.phases[k], runs[i].phases[k]; p.requests > 0 && q.requests > 0 && q.hitRate() > 0 {
+				*into = append(*into, p.hitRate()/q.hitRate())
+			}
+		}
+	}
+	if len(order) == 0 {
+		return ""
+	}
+	var sb strings.Builder
+	sb.WriteString("\nPaired with the baseline (each seed's hit rate in the phase over the same seed's with no restart; the mean with its 95% interval, against the target of at least 0.97):\n\n")
+	sb.WriteString("| configuration | seeds | during ÷ baseline | after ÷ baseline |\n|---|---:|---:|---:|\n")
+	for _, r := range order {
+		during, after := meanInterval(r.during), meanInterval(r.after)
+		fmt.Fprintf(&sb, "| %s | %d | %s: %s | %s: %s |\n", r.title, max(during.N, after.N), during.format(3), during.shown(targetHitRatio), after.format(3), after.shown(targetHitRatio))
+	}
 	return sb.String()
 }

@@ -264,3 +264,29 @@ func TestHeadlineClaimsOnlyWhatRan(t *testing.T) {
 		t.Errorf("headline:\n%s\nwant it to begin:\n%s", got, want)
 	}
 }
+
+// TestRestartRatiosArePairedBySeed: each seed's hit rate during and after the
+// rolling restart is divided by its own baseline's in the same phase (a seed whose
+// workload hits less does so with or without the restart), and the target is
+// decided by the interval.
+func TestRestartRatiosArePairedBySeed(t *testing.T) {
+	phases := func(before, during, after float64) []phase {
+		var out []phase
+		for _, h := range []float64{before, during, after} {
+			out = append(out, phase{requests: 100, prompt: 1000, cached: int64(1000 * h)})
+		}
+		return out
+	}
+	var runs []restartResult
+	for seed, base := range map[uint64]float64{1: 0.8, 2: 0.6, 3: 0.7} {
+		runs = append(runs,
+			restartResult{config: "shared-index", title: "shared prefix index", seed: seed, phases: phases(base, base*0.99, base*0.98)},
+			restartResult{config: "shared-index", title: "shared prefix index", seed: seed, baseline: true, phases: phases(base, base, base)},
+			restartResult{config: "local", title: "LocalSyncer", seed: seed, phases: phases(0.5, 0.4, 0.4)}) // no baseline: no ratio
+	}
+	got := restartRatios(runs)
+	want := "| shared prefix index | 3 | 0.990 [0.990, 0.990]: met | 0.980 [0.980, 0.980]: met |"
+	if !strings.Contains(got, want) || strings.Contains(got, "LocalSyncer") {
+		t.Fatalf("restart ratios:\n%s\nwant the row %q and no row without a baseline", got, want)
+	}
+}
