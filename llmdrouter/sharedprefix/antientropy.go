@@ -552,7 +552,11 @@ func (a *antiEntropy) exchange(ctx context.Context, s *side) (outcome string, se
 	blocks := map[string]int{}
 	for _, name := range pool {
 		d, n := x.root(name, mine[name])
-		open.Roots = append(open.Roots, rootInfo{Server: name, Capacity: p.statedCapacity(name), Blocks: n, Digest: d})
+		ri := rootInfo{Server: name, Capacity: p.statedCapacity(name), Blocks: n, Digest: d}
+		if ri.Capacity == 0 {
+			ri.Configured = p.configuredCapacity()
+		}
+		open.Roots = append(open.Roots, ri)
 		blocks[name] = n
 	}
 	x.mu.RUnlock()
@@ -695,7 +699,7 @@ func (a *antiEntropy) answer(ctx context.Context, s *side, open *control) (outco
 		if !p.inPool(ri.Server) {
 			continue
 		}
-		if mine := p.statedCapacity(ri.Server); ri.Capacity != 0 && mine != 0 && ri.Capacity != mine {
+		if p.sizesOtherwise(ri) {
 			p.conflicts.Add(1)
 			p.m.conflicts.Inc()
 			continue // replicas that size a server differently never agree on it

@@ -18,7 +18,8 @@ import (
 //
 //	open     (opener → peer): the opener's recent leaves, and its roots: per server
 //	         of its pool, its capacity (0: not read from the server's metrics
-//	         yet), blocks and digest without those leaves
+//	         yet, and then its configured one), blocks and digest without those
+//	         leaves
 //	groups   (peer → opener): notReady, or the peer's recent leaves and, per
 //	         server whose root differs, its blocks and the 64 group digests
 //	         without either replica's recent leaves (with all of them when either
@@ -68,9 +69,12 @@ type control struct {
 // rootInfo is one server's root, as an open carries it.
 type rootInfo struct {
 	Server   string `json:"server"`
-	Capacity int    `json:"capacity"` // 0: not known yet (Plugin.statedCapacity)
-	Blocks   int    `json:"blocks"`
-	Digest   uint64 `json:"digest"`
+	Capacity int    `json:"capacity"` // 0: not read from the server's metrics yet (Plugin.statedCapacity)
+	// Configured is the opener's configured capacity, which it holds the server at
+	// while Capacity is 0.
+	Configured int    `json:"configured,omitempty"`
+	Blocks     int    `json:"blocks"`
+	Digest     uint64 `json:"digest"`
 }
 
 // digestVector is 64 digests of a server: its groups (with its blocks), or a
@@ -141,7 +145,7 @@ func parseControl(body []byte) (*control, error) {
 	}
 	seen := map[string]bool{}
 	for _, r := range c.Roots {
-		if len(r.Server) == 0 || len(r.Server) > maxServerIDBytes || seen[r.Server] || r.Capacity < 0 || r.Capacity > maxCapacity || r.Blocks < 0 || r.Blocks > maxCapacity {
+		if len(r.Server) == 0 || len(r.Server) > maxServerIDBytes || seen[r.Server] || r.Capacity < 0 || r.Capacity > maxCapacity || r.Configured < 0 || r.Configured > maxCapacity || r.Blocks < 0 || r.Blocks > maxCapacity {
 			return bad("a root")
 		}
 		seen[r.Server] = true

@@ -192,6 +192,16 @@ func (x *index) server(name string, capacity int) *serverIndex {
 	return s
 }
 
+// resize sizes server to capacity, if the index holds it: its oldest blocks go
+// when it holds more.
+func (x *index) resize(server string, capacity int) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.servers[server] != nil {
+		x.server(server, capacity)
+	}
+}
+
 // find is the slot of h in s, or -1.
 func (x *index) find(s *serverIndex, h blockHash) int32 {
 	hs, ok := x.holders[h]

@@ -552,6 +552,10 @@ func (p *Plugin) learnCapacity(e fwksched.Endpoint) {
 		name := e.GetMetadata().ID.String()
 		if v, ok := p.caps.Load(name); !ok || v.(int) != m.CacheNumBlocks {
 			p.caps.Store(name, m.CacheNumBlocks)
+			// Resized now, not at the server's next write: blocks held beyond it
+			// (a replica that held the server at the configured capacity until
+			// now) would otherwise differ from its peers' until then.
+			p.idx.resize(name, m.CacheNumBlocks)
 		}
 	}
 }
@@ -579,6 +583,21 @@ func (p *Plugin) statedCapacity(server string) int {
 		return v.(int)
 	}
 	return 0
+}
+
+// sizesOtherwise reports whether a peer's root says it sizes the server otherwise
+// than this replica: both read the server's capacity and they differ, or neither
+// has and their configured capacities differ. One that has read it and one that
+// has not yet compare: the second resizes when it reads it.
+func (p *Plugin) sizesOtherwise(ri rootInfo) bool {
+	mine := p.statedCapacity(ri.Server)
+	switch {
+	case ri.Capacity != 0 && mine != 0:
+		return ri.Capacity != mine
+	case ri.Capacity == 0 && mine == 0:
+		return ri.Configured != 0 && ri.Configured != p.configuredCapacity()
+	}
+	return false
 }
 
 // Index is what the plugin holds, for the document and the tests.

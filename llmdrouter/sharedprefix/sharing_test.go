@@ -135,6 +135,27 @@ func TestMergesAreCountedByOrigin(t *testing.T) {
 	}
 }
 
+// TestUnreadCapacitiesConfiguredOtherwiseConflict: with autoTune and servers whose
+// metrics give no capacity, each replica holds a server at its configured
+// capacity, and states none in its exchanges; two configured otherwise never
+// agree on the server, so their exchanges count a conflict rather than repair it
+// every interval. (One that has read the capacity and one that has not compare:
+// TestAReplicaThatHasNotReadItsServersCapacityGetsItsPeersIndex.)
+func TestUnreadCapacitiesConfiguredOtherwiseConflict(t *testing.T) {
+	p := newPool(1)
+	f := pluginfleet.New(t, 2)
+	f.PodList = p.list
+	a := startWith(t, f, 0, p, `{"peerSyncerRef": "peer-syncer", "lruCapacityPerServer": 100}`)
+	b := startWith(t, f, 1, p, `{"peerSyncerRef": "peer-syncer", "lruCapacityPerServer": 200}`)
+	pluginfleet.WaitConnected(t, connectedWithin, a.Replica, b.Replica)
+	wait.For(t, 10*time.Second, func() string {
+		if a.sp.State().CapacityConflicts == 0 && b.sp.State().CapacityConflicts == 0 {
+			return "no capacity conflict counted in the replicas' exchanges"
+		}
+		return ""
+	})
+}
+
 // TestCapacityIsLocal: a peer's placement never sizes this replica's index: one
 // that claims capacity 1 (a replica configured otherwise, mid-rollout) leaves the
 // 2,000 blocks here, and is counted as a conflict. Before, it cut them to 1.
