@@ -28,7 +28,7 @@ type scrapeLoadOptions struct {
 
 // scrapeFleet is one of the two fleets' figures.
 type scrapeFleet struct {
-	config, title string
+	config string
 	// scrapes is /metrics requests per server and second from this fleet.
 	scrapes float64
 	// idle is each window's CPU per replica (cores).
@@ -73,7 +73,7 @@ func (b *bench) scrapeLoad(o scrapeLoadOptions, epp string) scrapeLoadResult {
 				s0, t0 := stubs.total(), time.Now()
 				time.Sleep(max(o.window, 4*refreshOrDefault(o.refresh)))
 				all := float64(stubs.total()-s0) / time.Since(t0).Seconds()
-				res.fleets = append(res.fleets, scrapeFleet{config: c.name, title: c.title, scrapes: (all - others) / float64(o.servers)})
+				res.fleets = append(res.fleets, scrapeFleet{config: c.name, scrapes: (all - others) / float64(o.servers)})
 				others = all
 			}
 		}
