@@ -26,12 +26,33 @@ type Fleet struct {
 	sampleDur time.Duration
 }
 
-// Balance is how evenly the running requests spread over the servers, integrated
-// over time by sampling: the sums over the samples of the most any server ran, of
-// the mean over the servers, and the number of samples.
+// Balance is how evenly the running requests spread over the servers, and how
+// loaded the servers are, integrated over time by sampling: the sums over the
+// samples of the most any server ran, of the mean over the servers, of the mean
+// KV cache usage (0 to 1), the samples in which some server had a request
+// waiting, and the number of samples.
 type Balance struct {
 	SumMax, SumMean float64
+	SumUsage        float64
+	Waiting         int
 	Samples         int
+}
+
+// Usage is the servers' mean KV cache usage over the samples (0 to 1).
+func (b Balance) Usage() float64 {
+	if b.Samples == 0 {
+		return 0
+	}
+	return b.SumUsage / float64(b.Samples)
+}
+
+// WaitingShare is the share of the samples in which some server had a request
+// waiting (its KV cache or its batch full): how often the servers were saturated.
+func (b Balance) WaitingShare() float64 {
+	if b.Samples == 0 {
+		return 0
+	}
+	return float64(b.Waiting) / float64(b.Samples)
 }
 
 // Imbalance is the time-weighted max/mean of running requests across the servers:
@@ -101,15 +122,21 @@ func (f *Fleet) sample(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		most, sum := 0, 0
+		most, sum, usage, waiting := 0, 0, 0.0, false
 		for _, s := range f.Servers {
-			n := s.State().Running
-			most = max(most, n)
-			sum += n
+			st := s.State()
+			most = max(most, st.Running)
+			sum += st.Running
+			usage += st.Usage
+			waiting = waiting || st.Waiting > 0
 		}
 		f.mu.Lock()
 		f.balance.SumMax += float64(most)
 		f.balance.SumMean += float64(sum) / float64(len(f.Servers))
+		f.balance.SumUsage += usage / float64(len(f.Servers))
+		if waiting {
+			f.balance.Waiting++
+		}
 		f.balance.Samples++
 		f.mu.Unlock()
 	}
