@@ -272,7 +272,7 @@ func findings(cells []cell) string {
 // gain over one that does not, on a workload whose working set fits).
 func (b *bench) smokeCheck() error {
 	var errs []error
-	for _, r := range b.results {
+	for _, r := range append(slices.Clone(b.results), b.loadResults...) {
 		for _, p := range r.problems {
 			errs = append(errs, fmt.Errorf("%s × %d, %s %s seed %d: %s", r.title, r.replicas, r.kind, r.size, r.seed, p))
 		}
@@ -297,7 +297,7 @@ func (b *bench) smokeCheck() error {
 	for _, f := range b.failures {
 		errs = append(errs, errors.New(f))
 	}
-	if len(b.results) == 0 {
+	if len(b.results)+len(b.loadResults) == 0 {
 		errs = append(errs, errors.New("nothing ran"))
 	}
 	return errors.Join(errs...)

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/controller/peersync"
+	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/cputime"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/netns"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/testsupport/peerdoc"
@@ -70,6 +71,8 @@ type runOptions struct {
 	faultKinds    []string
 	faultReplicas int
 	faultSeeds    int
+	// load is the section under load (load.go).
+	load loadOptions
 }
 
 // seedsOf are the seeds configuration c runs.
@@ -127,12 +130,23 @@ func parseRunOptions(args []string) (runOptions, error) {
 	quote := fs.String("quote", "", "with --write, write the headline also into these markdown files (comma-separated), between the routing-headline markers")
 	fs.StringVar(&o.plot, "plot", "", "write the plot (SVG) to this file")
 	fs.BoolVar(&o.smoke, "smoke", false, "fail unless every request was routed and answered, the servers' token counts match the generator's, one replica's hit rate is above halfway from prefix-blind routing's to the ceiling, and (with the shared index) every placement reached every peer")
+	loadFlags := registerLoadFlags(fs)
 	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
 	fs.DurationVar(&o.timeout, "run-timeout", 2*time.Minute, "wall-clock bound of one run (one workload, size and seed)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	var err error
 	o.measuredBy = makeInvocation("bench-routing", "BENCH_ROUTING_FLAGS", fs, "epp", "write", "quote", "plot")
+	if o.load, err = loadFlags(); err != nil {
+		return o, err
+	}
+	if o.load.only {
+		// The main matrix's flags are not used: --configs, --restart and
+		// --faults keep their defaults, and only the section runs.
+		o.measuredBy = makeInvocation("bench-routing-load", "BENCH_ROUTING_FLAGS", fs, "epp", "write", "load-only")
+		*configs, *restart, *faults, *baselines = "", "", "", ""
+	}
 	if err := o.sim.validate(); err != nil {
 		return o, err
 	}
@@ -174,7 +188,6 @@ func parseRunOptions(args []string) (runOptions, error) {
 		}
 		o.restartBaselines = append(o.restartBaselines, name)
 	}
-	var err error
 	if o.replicas, err = replicaCounts(*replicas); err != nil {
 		return o, err
 	}
@@ -212,7 +225,7 @@ func parseRunOptions(args []string) (runOptions, error) {
 		return o, fmt.Errorf("--scale=%v: want a positive factor", o.scale)
 	case o.epp == "":
 		return o, errors.New("--epp: the EPP build is required (make build-llmd builds bin/epp-llmd)")
-	case len(o.configs) == 0 || len(o.kinds) == 0 || len(o.sizes) == 0:
+	case (len(o.configs) == 0 && !o.load.only) || len(o.kinds) == 0 || len(o.sizes) == 0:
 		return o, errors.New("--configs, --workloads and --sizes: want at least one each")
 	case o.restartSeeds < 0:
 		return o, fmt.Errorf("--restart-seeds=%d: want 0 or more", o.restartSeeds)
@@ -246,12 +259,17 @@ func runMain(args []string) error {
 	if err := b.runAll(); err != nil {
 		return err
 	}
-	rep := b.report(time.Since(start))
-	fmt.Println(rep.markdown)
+	var rep rendered
+	if !o.load.only {
+		rep = b.report(time.Since(start))
+		fmt.Println(rep.markdown)
+	}
+	load := b.loadReport(o.measuredBy, b.loadTook)
+	fmt.Println(load)
 	if o.smoke {
 		return b.smokeCheck()
 	}
-	if o.write != "" {
+	if o.write != "" && !o.load.only {
 		if err := writeSection(o.write, rep.markdown); err != nil {
 			return err
 		}
@@ -259,7 +277,12 @@ func runMain(args []string) error {
 			return err
 		}
 	}
-	if o.plot != "" {
+	if o.write != "" && load != "" {
+		if err := markdown.ReplaceSection(o.write, loadBeginMarker, loadEndMarker, load); err != nil {
+			return err
+		}
+	}
+	if o.plot != "" && !o.load.only {
 		if err := os.WriteFile(o.plot, []byte(rep.svg), 0o644); err != nil {
 			return err
 		}
@@ -285,6 +308,9 @@ type bench struct {
 	restarts []restartResult
 	// faultResults are the runs through faults, each followed by its baseline.
 	faultResults []faultResult
+	// loadResults are the runs of the section under load, and loadTook its time.
+	loadResults []result
+	loadTook    time.Duration
 	// scrapeCounts, if set, are the model servers' scrapes so far (the capacity
 	// mode's servers; else the fleet's).
 	scrapeCounts func() []int64
@@ -351,6 +377,7 @@ func (b *bench) runAll() error {
 			}
 		}
 	}
+	b.runUnderLoad()
 	return nil
 }
 
@@ -364,7 +391,18 @@ type eppProc struct {
 	client  *extproc.Client
 }
 
-func (b *bench) runConfiguration(c configuration, n int) error {
+// runningFleet is configuration c's n replicas, started, listed as each other's
+// peers and ready, in a namespace of their own.
+type runningFleet struct {
+	ns, home string
+	procs    []*eppProc
+	// idle is the replicas' CPU per second, in all, with no request.
+	idle float64
+}
+
+// withFleet starts configuration c's n replicas on the model servers, runs body
+// on them once they are ready, and stops them.
+func (b *bench) withFleet(c configuration, n int, body func(f *runningFleet) error) error {
 	ctx := context.Background()
 	reps := make([]*eppreplica.Replica, n)
 	for i := range reps {
@@ -410,39 +448,48 @@ func (b *bench) runConfiguration(c configuration, n int) error {
 		return err
 	}
 	b.logf("%s × %d: ready after %v; idle, the replicas use %.1f%% of a core", c.title, n, time.Since(t0).Round(time.Millisecond), 100*idle)
-	for _, kind := range b.o.kinds {
-		if c.control && !slices.Contains(b.o.controlKinds, kind) {
-			continue
-		}
-		for _, size := range b.o.sizes {
-			for _, seed := range b.o.seedsOf(c) {
-				r, err := b.runCase(c, n, procs, kind, size, seed)
-				if err != nil {
-					b.failures = append(b.failures, fmt.Sprintf("%s × %d, %s %s, seed %d: %v", c.title, n, kind, size, seed, err))
-					b.logf("%s × %d, %s %s, seed %d: %v", c.title, n, kind, size, seed, err)
-					continue
+	return body(&runningFleet{ns: ns, home: home, procs: procs, idle: idle})
+}
+
+// runConfiguration runs configuration c with n replicas through every workload,
+// size and seed of the main matrix, then its faults and rolling restarts.
+func (b *bench) runConfiguration(c configuration, n int) error {
+	return b.withFleet(c, n, func(f *runningFleet) error {
+		procs := f.procs
+		for _, kind := range b.o.kinds {
+			if c.control && !slices.Contains(b.o.controlKinds, kind) {
+				continue
+			}
+			for _, size := range b.o.sizes {
+				for _, seed := range b.o.seedsOf(c) {
+					r, err := b.runCase(c, n, procs, kind, size, seed)
+					if err != nil {
+						b.failures = append(b.failures, fmt.Sprintf("%s × %d, %s %s, seed %d: %v", c.title, n, kind, size, seed, err))
+						b.logf("%s × %d, %s %s, seed %d: %v", c.title, n, kind, size, seed, err)
+						continue
+					}
+					r.idleCPU = f.idle
+					b.logf("%s × %d, %s %s, seed %d: %s", c.title, n, kind, size, seed, r.summary())
+					b.results = append(b.results, r)
 				}
-				r.idleCPU = idle
-				b.logf("%s × %d, %s %s, seed %d: %s", c.title, n, kind, size, seed, r.summary())
-				b.results = append(b.results, r)
 			}
 		}
-	}
-	fp, err := footprintOf(c, procs)
-	if err != nil {
-		return err
-	}
-	b.footprints = append(b.footprints, fp)
-	b.logf("%s × %d: %s", c.title, n, fp.summary())
-	if b.o.faulted(c, n) {
-		if err := b.faults(c, ns, home, procs); err != nil {
+		fp, err := footprintOf(c, procs)
+		if err != nil {
 			return err
 		}
-	}
-	if b.o.restarts(c, n) {
-		return b.rollingRestarts(c, ns, home, procs)
-	}
-	return nil
+		b.footprints = append(b.footprints, fp)
+		b.logf("%s × %d: %s", c.title, n, fp.summary())
+		if b.o.faulted(c, n) {
+			if err := b.faults(c, f.ns, f.home, procs); err != nil {
+				return err
+			}
+		}
+		if b.o.restarts(c, n) {
+			return b.rollingRestarts(c, f.ns, f.home, procs)
+		}
+		return nil
+	})
 }
 
 func (b *bench) scrapes() []int64 {
@@ -610,7 +657,7 @@ func salt(parts ...any) uint64 {
 // runCase runs one workload, size and seed through the replicas, from empty model
 // server caches.
 func (b *bench) runCase(c configuration, n int, procs []*eppProc, kind workload.Kind, size string, seed uint64) (result, error) {
-	spec, err := preset(kind, size, b.o.scale)
+	spec, err := b.spec(kind, size)
 	if err != nil {
 		return result{}, err
 	}
@@ -660,7 +707,8 @@ func (b *bench) runCase(c configuration, n int, procs []*eppProc, kind workload.
 	r.config, r.title, r.replicas, r.kind, r.size, r.seed = c.name, c.title, n, kind, size, seed
 	r.wall = wall
 	r.ref = ref
-	r.imbalance = b.fleet.TakeBalance().Imbalance()
+	balance := b.fleet.TakeBalance()
+	r.imbalance, r.usage, r.waiting = balance.Imbalance(), balance.Usage(), balance.WaitingShare()
 	r.server = diff(st1, st0)
 	r.cpu = cpu1 - cpu0
 	if r.sync, err = b.syncOver(c, procs, m0); err != nil {
