@@ -375,9 +375,14 @@ BENCH_ROUTING_FLAGS ?=
 BENCH_CAPACITY_FLAGS ?=
 
 .PHONY: bench-routing
-bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer, the shared prefix index on both profiles) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 5 seeds (2 for the controls), 3 replicas through faults and a rolling restart; writes docs/PERFORMANCE.md (and its headline into README.md and docs/SHARING-STATE.md) and docs/routing-bench.svg (its last run 50m43s, three rolling restarts a configuration; BENCH_ROUTING_FLAGS=--quick for iteration).
+bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer, the shared prefix index on both profiles) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 5 seeds (2 for the controls), 3 replicas through faults and a rolling restart, then the section under load (make bench-routing-load); writes docs/PERFORMANCE.md (and its headline into README.md and docs/SHARING-STATE.md) and docs/routing-bench.svg (its last run 50m43s, three rolling restarts a configuration; BENCH_ROUTING_FLAGS=--quick for iteration).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md,$(ROOT)/docs/SHARING-STATE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
+
+.PHONY: bench-routing-load
+bench-routing-load: k8s build-llmd ## The routing bench's section under load alone: shared scraping against every replica scraping for itself at 3 and 8 replicas, on the multi-turn workload that exceeds the caches at 1.5 times its rate (the servers near saturation), 5 seeds paired; writes its section of docs/PERFORMANCE.md (make bench-routing runs it too).
+	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
+	$(BIN)/routingbench run --load-only --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md $(BENCH_ROUTING_FLAGS)
 
 .PHONY: bench-capacity
 bench-capacity: k8s build-llmd ## Capacity: llm-d-router's EPP at 1, 3 and 8 replicas (one replica, LocalSyncer, peer-syncer, the shared prefix index on both profiles, with shared scraping, and on the default one as one replica of N at the full rate, its N-1 peers emulated) under open-loop load at 3 rates, model servers that answer at once, each configuration in rounds beside a one-replica reference; the marginal CPU per request (the slope of CPU against rate, every replica's), requests per core, scaling efficiency paired by round, scrapes per server; then the scrape load (8 replicas scraping 32 servers' vLLM pages every second against 8 sharing the scrapes, idle CPU paired by window); writes docs/PERFORMANCE.md (and its headline into README.md) and docs/capacity-bench.svg (~18 min; not in make test).
@@ -391,9 +396,10 @@ bench-capacity-smoke: k8s build-llmd ## A short bench-capacity (one replica, and
 		--scrape-servers=4 --scrape-replicas=3 --scrape-refresh=200ms --scrape-windows=2 --scrape-window=1s
 
 .PHONY: bench-routing-smoke
-bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index, one seed; ~1.5 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, a placement of the shared index was not merged by every peer, or the shared index does not beat LocalSyncer's hit rate by 0.07.
+bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index, one seed; then 3 replicas sharing the index, scraping for themselves and sharing scrapes, on the loaded workload at its base rate; ~2 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, a placement of the shared index was not merged by every peer, or the shared index does not beat LocalSyncer's hit rate by 0.07.
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
-	$(BIN)/routingbench run --smoke --epp=$(LLMD_EPP) --configs=single,local,shared-index --replicas=3 --workloads=multi-turn --sizes=fits --seeds=1 --restart= --faults=
+	$(BIN)/routingbench run --smoke --epp=$(LLMD_EPP) --configs=single,local,shared-index --replicas=3 --workloads=multi-turn --sizes=fits --seeds=1 --restart= --faults= \
+		--load-replicas=3 --load-seeds=1 --load-factor=1
 
 .PHONY: clean
 clean: ## Remove bin/ except the Kubernetes binaries.
