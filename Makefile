@@ -380,7 +380,7 @@ bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replic
 	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md,$(ROOT)/docs/SHARING-STATE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
 
 .PHONY: bench-routing-load
-bench-routing-load: k8s build-llmd ## The routing bench's section under load alone: shared scraping against every replica scraping for itself at 3 and 8 replicas, on the multi-turn workload that exceeds the caches at 1.5 times its rate (the servers near saturation), 5 seeds paired; writes its section of docs/PERFORMANCE.md (make bench-routing runs it too).
+bench-routing-load: k8s build-llmd ## The routing bench's section under load alone: shared scraping against every replica scraping for itself at 3 and 8 replicas, on the multi-turn workload that exceeds the caches at 1.5 times its rate (the servers near saturation) for 4 times as long, 6 seeds, each configuration on a fleet of its own in turns; writes its section of docs/PERFORMANCE.md (make bench-routing runs it too).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench run --load-only --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md $(BENCH_ROUTING_FLAGS)
 
@@ -399,7 +399,7 @@ bench-capacity-smoke: k8s build-llmd ## A short bench-capacity (one replica, and
 bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index, one seed; then 3 replicas sharing the index, scraping for themselves and sharing scrapes, on the loaded workload at its base rate; ~2 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, a placement of the shared index was not merged by every peer, or the shared index does not beat LocalSyncer's hit rate by 0.07.
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench run --smoke --epp=$(LLMD_EPP) --configs=single,local,shared-index --replicas=3 --workloads=multi-turn --sizes=fits --seeds=1 --restart= --faults= \
-		--load-replicas=3 --load-seeds=1 --load-factor=1
+		--load-replicas=3 --load-seeds=1 --load-factor=1 --load-length=1
 
 .PHONY: clean
 clean: ## Remove bin/ except the Kubernetes binaries.

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -40,6 +41,9 @@ type loadOptions struct {
 	// factor multiplies the workload's arrival rate and its sessions (so the run
 	// lasts as long).
 	factor float64
+	// length multiplies the sessions again, at the same rate: runs that last
+	// longer, for a p99 over more requests.
+	length float64
 	// only: the run measures this section alone (make bench-routing-load).
 	only bool
 }
@@ -49,8 +53,9 @@ type loadOptions struct {
 func registerLoadFlags(fs *flag.FlagSet) func() (loadOptions, error) {
 	configs := fs.String("load-configs", "shared-index-default,shared-scraping", "configurations of the section under load: the first is the reference each other one is paired with, seed by seed (\"\": no such section)")
 	replicas := fs.String("load-replicas", "3,8", "replica counts of the section under load")
-	seeds := fs.Int("load-seeds", 5, "seeds per configuration and replica count of the section under load")
+	seeds := fs.Int("load-seeds", 6, "seeds per configuration and replica count of the section under load")
 	factor := fs.Float64("load-factor", 1.5, "the section under load sends the multi-turn workload that exceeds the caches at this multiple of its rate, with as many more sessions (1.5: the servers' KV caches about half held by running requests and a request waiting about half the time, on the default servers)")
+	length := fs.Float64("load-length", 4, "the section's runs send this many times more sessions again, at the same rate (4: arrivals over about 90 simulated seconds, a TTFT p99 over about 1,800 requests; near saturation a short run's p99 is a handful of requests and varies by tens of percent between identical runs)")
 	only := fs.Bool("load-only", false, "run and write the section under load alone (make bench-routing-load), not the main matrix, faults or restarts")
 	return func() (loadOptions, error) {
 		l := loadOptions{only: *only}
@@ -87,22 +92,27 @@ func registerLoadFlags(fs *flag.FlagSet) func() (loadOptions, error) {
 			return l, fmt.Errorf("--load-factor=%v: want 1 to 20", *factor)
 		}
 		l.factor = *factor
+		if *length < 0.1 || *length > 20 || math.IsNaN(*length) {
+			return l, fmt.Errorf("--load-length=%v: want 0.1 to 20", *length)
+		}
+		l.length = *length
 		return l, nil
 	}
 }
 
 // loadedSpec is the multi-turn workload that exceeds the caches at factor times
-// its rate and sessions, its count scaled by scale: the one whose prefill and KV
+// its rate and sessions, and length times as many sessions again at that rate, its
+// count scaled by scale: the one whose prefill and KV
 // cache bring the servers near saturation at a rate this machine routes (the
 // workload that fits holds its blocks too briefly: at 4 times its rate the KV
 // caches were 5% used).
-func loadedSpec(factor, scale float64) (workload.Spec, error) {
+func loadedSpec(factor, length, scale float64) (workload.Spec, error) {
 	s, err := preset(workload.MultiTurn, sizeExceeds, scale)
 	if err != nil {
 		return s, err
 	}
 	s.Rate *= factor
-	s.Count = max(1, int(math.Round(float64(s.Count)*factor)))
+	s.Count = max(1, int(math.Round(float64(s.Count)*factor*length)))
 	return s, nil
 }
 
@@ -110,36 +120,41 @@ func loadedSpec(factor, scale float64) (workload.Spec, error) {
 // one.
 func (b *bench) spec(kind workload.Kind, size string) (workload.Spec, error) {
 	if size == sizeLoaded {
-		return loadedSpec(b.o.load.factor, b.o.scale)
+		return loadedSpec(b.o.load.factor, b.o.load.length, b.o.scale)
 	}
 	return preset(kind, size, b.o.scale)
 }
 
-// runUnderLoad runs the section's configurations, each replica count on a fleet
-// of its own, through the loaded workload.
+// runUnderLoad runs the section: for each replica count and seed, each
+// configuration on a fleet of its own, started for that run. The configurations
+// of a seed run back to back, in turns (the reference first on odd seeds, last on
+// even ones), so that the machine's drift over the section falls on both sides of
+// each pair rather than on one configuration's block of runs.
 func (b *bench) runUnderLoad() {
 	l := b.o.load
 	start := time.Now()
 	defer func() { b.loadTook = time.Since(start) }()
-	for _, c := range l.configs {
-		for _, n := range l.replicas {
-			err := b.withFleet(c, n, func(f *runningFleet) error {
-				for _, seed := range l.seeds {
+	for _, n := range l.replicas {
+		for _, seed := range l.seeds {
+			order := slices.Clone(l.configs)
+			if seed%2 == 0 {
+				slices.Reverse(order)
+			}
+			for _, c := range order {
+				err := b.withFleet(c, n, func(f *runningFleet) error {
 					r, err := b.runCase(c, n, f.procs, workload.MultiTurn, sizeLoaded, seed)
 					if err != nil {
-						b.failures = append(b.failures, fmt.Sprintf("%s × %d, under load, seed %d: %v", c.title, n, seed, err))
-						b.logf("%s × %d, under load, seed %d: %v", c.title, n, seed, err)
-						continue
+						return err
 					}
 					r.idleCPU = f.idle
 					b.logf("%s × %d, under load, seed %d: %s", c.title, n, seed, r.summary())
 					b.loadResults = append(b.loadResults, r)
+					return nil
+				})
+				if err != nil {
+					b.failures = append(b.failures, fmt.Sprintf("%s × %d, under load, seed %d: %v", c.title, n, seed, err))
+					b.logf("%s × %d, under load, seed %d: %v", c.title, n, seed, err)
 				}
-				return nil
-			})
-			if err != nil {
-				b.failures = append(b.failures, fmt.Sprintf("%s × %d, under load: %v", c.title, n, err))
-				b.logf("%s × %d, under load: %v", c.title, n, err)
 			}
 		}
 	}
@@ -183,13 +198,13 @@ func (b *bench) loadReport(run string, took time.Duration) string {
 	if len(l.configs) < 2 || len(b.loadResults) == 0 {
 		return ""
 	}
-	spec, _ := loadedSpec(l.factor, b.o.scale)
+	spec, _ := loadedSpec(l.factor, l.length, b.o.scale)
 	ref := l.configs[0]
 	cfg := b.o.sim.cfg
 	var sb strings.Builder
 	sb.WriteString(markdown.Measured(run))
-	fmt.Fprintf(&sb, " in %v, on the servers of the routing bench above (%d of %s blocks each): the multi-turn workload that exceeds the caches, at %g times its rate and sessions (%s), %d seeds, each configuration and replica count on a fleet of its own.%s",
-		took.Round(time.Second), b.o.servers, markdown.Thousands(cfg.CapacityBlocks), l.factor, describe(spec), len(l.seeds), b.loadHeadline())
+	fmt.Fprintf(&sb, " in %v, on the servers of the routing bench above (%d of %s blocks each): the multi-turn workload that exceeds the caches, at %g times its rate and %g times as many sessions (%s), %d seeds, each run on a fleet of its own, the configurations of a seed back to back.%s",
+		took.Round(time.Second), b.o.servers, markdown.Thousands(cfg.CapacityBlocks), l.factor, l.factor*l.length, describe(spec), len(l.seeds), b.loadHeadline())
 	sb.WriteString(" The servers' KV caches fill with running requests and requests wait for room and for prefill, so the queue and KV-utilisation scorers, which read the metrics a replica scraped itself (or, with shared scraping, that the server's owner scraped and shared), weigh in beside the prefix scorer. KV cache usage is the servers' mean over the run (the blocks running requests hold); waiting, the share of the run in which some server held a request waiting. TTFT is simulated, the servers' queue and prefill.\n\n")
 	for _, f := range b.failures {
 		if strings.Contains(f, "under load") {

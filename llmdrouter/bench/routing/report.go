@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -226,10 +227,10 @@ func (b *bench) seedsText() string {
 func describe(s workload.Spec) string {
 	if s.Kind == workload.MultiTurn {
 		return fmt.Sprintf("%d sessions of %d turns at %g a second, %d groups sharing a %d-token system prompt, %d-token first messages, %d-token questions, %d-token answers, think time %v on average",
-			s.Count, s.Turns, s.Rate, s.Groups, s.PrefixTokens, s.ContextTokens, s.QuestionTokens, s.AnswerTokens, s.Think)
+			s.Count, s.Turns, math.Round(s.Rate*100)/100, s.Groups, s.PrefixTokens, s.ContextTokens, s.QuestionTokens, s.AnswerTokens, s.Think)
 	}
 	return fmt.Sprintf("%d requests at %g a second, %d groups sharing a %d-token prefix, %d-token questions, %d-token answers",
-		s.Count, s.Rate, s.Groups, s.PrefixTokens, s.QuestionTokens, s.AnswerTokens)
+		s.Count, math.Round(s.Rate*100)/100, s.Groups, s.PrefixTokens, s.QuestionTokens, s.AnswerTokens)
 }
 
 // findings states, for one workload and size, what active-active loses against
