@@ -48,7 +48,7 @@ func TestLoadRatiosArePairedBySeed(t *testing.T) {
 		"| shared prefix index + shared scraping, default profile | 3 | 3 | 0.990 [0.990, 0.990]: met | 1.000 [1.000, 1.000]: met |",
 		"| shared prefix index + shared scraping, default profile | 8 | 3 | 0.990 [0.990, 0.990]: met | 1.000 [1.000, 1.000]: met |",
 		"| shared prefix index, default profile | 8 | 0.700 (0.600–0.800) | ",
-		"at 1.5 times its rate and 6 times as many sessions (360 sessions",
+		"at 1.25 times its rate and 3.75 times as many sessions (225 sessions",
 		"Against `shared-index-default`, paired by seed: `shared-scraping` at 3 replicas hits the cache 0.990 [0.990, 0.990] times as often and has 1.000 [1.000, 1.000] times the speed at TTFT p99 (met)",
 	} {
 		if !strings.Contains(got, want) {
