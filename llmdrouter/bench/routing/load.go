@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/markdown"
 	"github.com/epp-peer-discovery/epp-peer-discovery/internal/stats"
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/loadgen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 )
 
@@ -147,7 +149,7 @@ func (b *bench) runUnderLoad() {
 						return err
 					}
 					r.idleCPU = f.idle
-					b.logf("%s × %d, under load, seed %d: %s", c.title, n, seed, r.summary())
+					b.logf("%s × %d, under load, seed %d: %s, herding %.3f", c.title, n, seed, r.summary(), r.herding)
 					b.loadResults = append(b.loadResults, r)
 					return nil
 				})
@@ -184,6 +186,53 @@ func inverse(f func(result) float64) func(result) float64 {
 	}
 }
 
+// herding is, over the requests of records, the share of the requests other
+// replicas sent within window before one that went to its server: about 1/M for M
+// servers when the replicas' choices are independent, more when they pile onto
+// the same server between two readings of its load (window: a scrape interval, in
+// the records' simulated time). 0 when no request had another's before it.
+func herding(records []loadgen.Record, window time.Duration) float64 {
+	rs := slices.Clone(records)
+	slices.SortFunc(rs, func(a, b loadgen.Record) int { return cmp.Compare(a.Sent, b.Sent) })
+	var sum float64
+	var counted int
+	for i, r := range rs {
+		if r.Server < 0 || r.Err != "" {
+			continue
+		}
+		same, others := 0, 0
+		for j := i - 1; j >= 0 && r.Sent-rs[j].Sent <= window; j-- {
+			if o := rs[j]; o.Replica != r.Replica && o.Server >= 0 && o.Err == "" {
+				others++
+				if o.Server == r.Server {
+					same++
+				}
+			}
+		}
+		if others > 0 {
+			sum += float64(same) / float64(others)
+			counted++
+		}
+	}
+	if counted == 0 {
+		return 0
+	}
+	return sum / float64(counted)
+}
+
+// shareAges is how old the peers' shares were when applied, over runs rs
+// together ("–" without shared scraping).
+func shareAges(rs []result) string {
+	var h histogram
+	for _, r := range rs {
+		h = h.add(r.sync.shareAge)
+	}
+	if h.count <= 0 {
+		return "–"
+	}
+	return quantileString(h, 0.5) + ", " + quantileString(h, 0.99)
+}
+
 // loadRatios are, for config with n replicas against the reference, the hit rate
 // ratio and the TTFT p99 ratio (the reference's over config's), paired by seed.
 func (b *bench) loadRatios(config string, n int) (hit, ttft interval) {
@@ -205,15 +254,15 @@ func (b *bench) loadReport(run string, took time.Duration) string {
 	sb.WriteString(markdown.Measured(run))
 	fmt.Fprintf(&sb, " in %v, on the servers of the routing bench above (%d of %s blocks each): the multi-turn workload that exceeds the caches, at %g times its rate and %g times as many sessions (%s), %d seeds, each run on a fleet of its own, the configurations of a seed back to back.%s",
 		took.Round(time.Second), b.o.servers, markdown.Thousands(cfg.CapacityBlocks), l.factor, l.factor*l.length, describe(spec), len(l.seeds), b.loadHeadline())
-	sb.WriteString(" The servers' KV caches fill with running requests and requests wait for room and for prefill, so the queue and KV-utilisation scorers, which read the metrics a replica scraped itself (or, with shared scraping, that the server's owner scraped and shared), weigh in beside the prefix scorer. KV cache usage is the servers' mean over the run (the blocks running requests hold); waiting, the share of the run in which some server held a request waiting. TTFT is simulated, the servers' queue and prefill.\n\n")
+	fmt.Fprintf(&sb, " The servers' KV caches fill with running requests and requests wait for room and for prefill, so the queue and KV-utilisation scorers, which read the metrics a replica scraped itself (or, with shared scraping, that the server's owner scraped and shared), weigh in beside the prefix scorer. KV cache usage is the servers' mean over the run (the blocks running requests hold); waiting, the share of the run in which some server held a request waiting; herding, the share of the requests other replicas sent within one scrape interval before a request that went to its server (1/%d when the replicas choose independently of each other; more when they pile onto a server between two readings of its load); peers' metrics' age, with shared scraping, how old a peer's share of a server's metrics was when a replica applied it (`epp_fleet_metrics_share_age_seconds`, every replica and seed together, estimated as Prometheus's `histogram_quantile` does, the bucket's bound in brackets), where a replica that scrapes for itself reads metrics between 0 and an interval old. TTFT is simulated, the servers' queue and prefill.\n\n", b.o.servers)
 	for _, f := range b.failures {
 		if strings.Contains(f, "under load") {
 			line, _, _ := strings.Cut(f, "\n")
 			fmt.Fprintf(&sb, "Not measured (see the run's log): %s\n\n", line)
 		}
 	}
-	sb.WriteString("| configuration | replicas | cache hit rate | TTFT p50 | TTFT p99 | imbalance | KV cache usage | waiting | requests/s | errors |\n")
-	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	sb.WriteString("| configuration | replicas | cache hit rate | TTFT p50 | TTFT p99 | imbalance | KV cache usage | waiting | herding | peers' metrics' age p50, p99 | requests/s | errors |\n")
+	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, c := range l.configs {
 		for _, n := range l.replicas {
 			rs := b.loaded(c.name, n)
@@ -224,13 +273,15 @@ func (b *bench) loadReport(run string, took time.Duration) string {
 			for _, r := range rs {
 				errs += r.errors + len(r.problems)
 			}
-			fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %d |\n", c.title, n,
+			fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", c.title, n,
 				statOf(rs, hitRate).format(fixed(3)),
 				statOf(rs, func(r result) float64 { return float64(stats.Percentile(r.ttft, 0.5)) }).format(millis),
 				statOf(rs, ttftP99).format(millis),
 				statOf(rs, imbalance).format(fixed(2)),
 				statOf(rs, func(r result) float64 { return r.usage }).format(fixed(2)),
 				statOf(rs, func(r result) float64 { return r.waiting }).format(fixed(2)),
+				statOf(rs, func(r result) float64 { return r.herding }).format(fixed(3)),
+				shareAges(rs),
 				statOf(rs, func(r result) float64 { return r.reqPerSec() }).format(fixed(0)),
 				errs)
 		}

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"math"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/loadgen"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/modelsim"
 	"github.com/epp-peer-discovery/epp-peer-discovery/llmdrouter/bench/internal/workload"
 )
@@ -29,9 +31,13 @@ func loadBench(t *testing.T, hit, slow float64) *bench {
 				if c.name == "shared-scraping" {
 					h, l = base*hit, time.Duration(float64(ttft)*slow)
 				}
-				b.loadResults = append(b.loadResults, result{config: c.name, title: c.title, replicas: n, kind: workload.MultiTurn, size: sizeLoaded, seed: seed,
+				r := result{config: c.name, title: c.title, replicas: n, kind: workload.MultiTurn, size: sizeLoaded, seed: seed,
 					want: 10, sent: 10, answered: 10, ttft: []time.Duration{l}, wall: time.Second, usage: 0.9, waiting: 0.3,
-					server: modelsim.Stats{Requests: 10, PromptTokens: 1000, CachedTokens: int64(1000 * h)}})
+					server: modelsim.Stats{Requests: 10, PromptTokens: 1000, CachedTokens: int64(1000 * h)}}
+				if c.sharesScraping { // 10 shares applied, each between 5 and 10 ms old
+					r.sync.shareAge = histogram{bounds: []float64{0.005, 0.01, math.Inf(1)}, cumulative: []float64{0, 10, 10}, count: 10, sum: 0.08}
+				}
+				b.loadResults = append(b.loadResults, r)
 			}
 		}
 	}
@@ -48,6 +54,8 @@ func TestLoadRatiosArePairedBySeed(t *testing.T) {
 		"| shared prefix index + shared scraping, default profile | 3 | 3 | 0.990 [0.990, 0.990]: met | 1.000 [1.000, 1.000]: met |",
 		"| shared prefix index + shared scraping, default profile | 8 | 3 | 0.990 [0.990, 0.990]: met | 1.000 [1.000, 1.000]: met |",
 		"| shared prefix index, default profile | 8 | 0.700 (0.600–0.800) | ",
+		"| 0.90 | 0.30 | 0.000 | – | 10 | 0 |",                                   // no shares: no age
+		"| 0.90 | 0.30 | 0.000 | 7.5 ms (≤ 10 ms), 10.0 ms (≤ 10 ms) | 10 | 0 |", // every seed's shares together
 		"at 1.25 times its rate and 3.75 times as many sessions (225 sessions",
 		"Against `shared-index-default`, paired by seed: `shared-scraping` at 3 replicas hits the cache 0.990 [0.990, 0.990] times as often and has 1.000 [1.000, 1.000] times the speed at TTFT p99 (met)",
 	} {
@@ -85,5 +93,28 @@ func TestLoadFlagsRefuseWhatCannotBePaired(t *testing.T) {
 	if err != nil || len(o.configs) != 0 || len(o.faultConfigs) != 0 || len(o.restartConfigs) != 0 || o.measuredBy != "`make bench-routing-load`" {
 		t.Errorf("--load-only: %v, %d configurations, %d faulted, %d restarted, measured by %s; want the section alone, by make bench-routing-load",
 			err, len(o.configs), len(o.faultConfigs), len(o.restartConfigs), o.measuredBy)
+	}
+}
+
+// TestHerdingCountsOthersRecentRequestsOnTheSameServer: two replicas that send
+// to the same server within a window herd; requests outside the window, and a
+// replica's own earlier requests, do not count.
+func TestHerdingCountsOthersRecentRequestsOnTheSameServer(t *testing.T) {
+	ms := time.Millisecond
+	rec := func(at time.Duration, replica string, server int) loadgen.Record {
+		return loadgen.Record{Sent: at, Replica: replica, Server: server}
+	}
+	together := []loadgen.Record{rec(0, "a", 1), rec(10*ms, "b", 1), rec(20*ms, "c", 1)}
+	// b sees a's (same): 1; c sees a's and b's (same): 1.
+	if got := herding(together, 100*ms); got != 1 {
+		t.Errorf("three replicas onto one server within the window: %v, want 1", got)
+	}
+	spread := []loadgen.Record{rec(0, "a", 1), rec(10*ms, "b", 2), rec(20*ms, "c", 3), rec(30*ms, "a", 3)}
+	// b: 0/1; c: 0/2; a (at 30): b's and c's, c's the same: 1/2 (its own at 0 does not count).
+	if got, want := herding(spread, 100*ms), (0+0+0.5)/3; math.Abs(got-want) > 1e-9 {
+		t.Errorf("spread: %v, want %v", got, want)
+	}
+	if got := herding(together, 5*ms); got != 0 {
+		t.Errorf("a window shorter than the gaps: %v, want 0 (no request had another's before it)", got)
 	}
 }

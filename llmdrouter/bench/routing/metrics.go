@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -42,6 +43,10 @@ type replicaMetrics struct {
 	repairSent, repairReceived float64
 	// exchanges: epp_shared_prefix_exchanges_total by outcome, both roles.
 	exchanges map[string]float64
+	// shareAge: epp_fleet_metrics_share_age_seconds, one observation per peer's
+	// share of a server's metrics applied (shared scraping): how old the metrics
+	// the scorers read for the servers a peer scrapes were.
+	shareAge histogram
 }
 
 // histogram is a Prometheus histogram: cumulative counts per upper bound.
@@ -115,6 +120,7 @@ func (m replicaMetrics) add(o replicaMetrics) replicaMetrics {
 	out.sentBytes += o.sentBytes
 	out.placementBytes = m.placementBytes.add(o.placementBytes)
 	out.propagation = m.propagation.add(o.propagation)
+	out.shareAge = m.shareAge.add(o.shareAge)
 	out.merged, out.droppedBy = map[string]float64{}, map[string]float64{}
 	for _, from := range []map[string]float64{m.merged, o.merged} {
 		for k, v := range from {
@@ -142,7 +148,7 @@ func (m replicaMetrics) add(o replicaMetrics) replicaMetrics {
 // sub is m less an earlier reading o of the same replica (counters and
 // histograms; gauges are m's).
 func (m replicaMetrics) sub(o replicaMetrics) replicaMetrics {
-	neg := replicaMetrics{sentBytes: -o.sentBytes, placementBytes: o.placementBytes.scaled(-1), propagation: o.propagation.scaled(-1),
+	neg := replicaMetrics{sentBytes: -o.sentBytes, placementBytes: o.placementBytes.scaled(-1), propagation: o.propagation.scaled(-1), shareAge: o.shareAge.scaled(-1),
 		merged: map[string]float64{}, dropped: -o.dropped, notInPool: -o.notInPool, droppedBy: map[string]float64{},
 		repairSent: -o.repairSent, repairReceived: -o.repairReceived, exchanges: map[string]float64{}}
 	for k, v := range o.exchanges {
@@ -201,26 +207,30 @@ func scrapeMetrics(addr string) (replicaMetrics, error) {
 				}
 			case name == "epp_shared_prefix_index_blocks" && ours:
 				m.blocks = s.GetGauge().GetValue()
-			case (name == "epp_shared_prefix_placement_bytes" || name == "epp_shared_prefix_propagation_seconds") && ours:
-				hp := s.GetHistogram()
-				h := histogram{count: float64(hp.GetSampleCount()), sum: hp.GetSampleSum()}
-				for _, b := range hp.GetBucket() {
-					h.bounds = append(h.bounds, b.GetUpperBound())
-					h.cumulative = append(h.cumulative, float64(b.GetCumulativeCount()))
-				}
-				if len(h.bounds) > 0 && !math.IsInf(h.bounds[len(h.bounds)-1], 1) {
-					h.bounds = append(h.bounds, math.Inf(1))
-					h.cumulative = append(h.cumulative, h.count)
-				}
-				if name == "epp_shared_prefix_placement_bytes" {
-					m.placementBytes = h
-				} else {
-					m.propagation = h
-				}
+			case name == "epp_shared_prefix_placement_bytes" && ours:
+				m.placementBytes = histogramOf(s.GetHistogram())
+			case name == "epp_shared_prefix_propagation_seconds" && ours:
+				m.propagation = histogramOf(s.GetHistogram())
+			case name == "epp_fleet_metrics_share_age_seconds":
+				m.shareAge = m.shareAge.add(histogramOf(s.GetHistogram()))
 			}
 		}
 	}
 	return m, nil
+}
+
+// histogramOf is a scraped histogram, its +Inf bucket made explicit.
+func histogramOf(hp *dto.Histogram) histogram {
+	h := histogram{count: float64(hp.GetSampleCount()), sum: hp.GetSampleSum()}
+	for _, b := range hp.GetBucket() {
+		h.bounds = append(h.bounds, b.GetUpperBound())
+		h.cumulative = append(h.cumulative, float64(b.GetCumulativeCount()))
+	}
+	if len(h.bounds) > 0 && !math.IsInf(h.bounds[len(h.bounds)-1], 1) {
+		h.bounds = append(h.bounds, math.Inf(1))
+		h.cumulative = append(h.cumulative, h.count)
+	}
+	return h
 }
 
 // scrapeAll reads every replica's /metrics.

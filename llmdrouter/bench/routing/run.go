@@ -704,6 +704,7 @@ func (b *bench) runCase(c configuration, n int, procs []*eppProc, kind workload.
 	}
 	st1 := b.fleet.Stats()
 	r := summarize(records, convs, b.o.sim.cfg.BlockTokens)
+	r.herding = herding(records, time.Duration(float64(refreshOrDefault(b.o.refresh))*b.o.sim.speedup))
 	r.config, r.title, r.replicas, r.kind, r.size, r.seed = c.name, c.title, n, kind, size, seed
 	r.wall = wall
 	r.ref = ref

@@ -44,9 +44,11 @@ type result struct {
 	// usage is the servers' mean KV cache usage over the run, and waiting the
 	// share of it in which some server held a request waiting (modelsim.Balance).
 	usage, waiting float64
-	cpu            time.Duration // every replica's CPU time over the run
-	idleCPU        float64       // the replicas' CPU time per second with no request
-	wall           time.Duration
+	// herding: see herding (the section under load only).
+	herding float64
+	cpu     time.Duration // every replica's CPU time over the run
+	idleCPU float64       // the replicas' CPU time per second with no request
+	wall    time.Duration
 	// sync is what the replicas sent to their peers and merged from them over the
 	// run (every replica's metrics together).
 	sync replicaMetrics
