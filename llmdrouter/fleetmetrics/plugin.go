@@ -52,6 +52,7 @@ import (
 
 	fwkdl "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/datalayer"
 	fwkplugin "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/plugin"
+	fwkrc "github.com/llm-d/llm-d-router/pkg/epp/framework/interface/requestcontrol"
 	httpsource "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/source/http"
 	sourcemetrics "github.com/llm-d/llm-d-router/pkg/epp/framework/plugins/datalayer/source/metrics"
 	eppmetrics "github.com/llm-d/llm-d-router/pkg/epp/metrics"
@@ -95,6 +96,7 @@ var (
 	_ fwkdl.PollingDispatcher = (*Plugin)(nil)
 	_ fwkplugin.StateDumper   = (*Plugin)(nil)
 	_ fwkplugin.FactoryFunc   = Factory
+	_ fwkrc.PreRequest        = (*Plugin)(nil)
 )
 
 // Register registers the plugin type in the EPP's plugin registry, with stability
@@ -189,6 +191,10 @@ type server struct {
 	scrapedBy string    // who read it (this replica or a peer)
 	sharedAt  time.Time // when a peer's share of it last arrived
 	lastMode  string
+	// applyMu orders a reading's extraction and the requests routed to the
+	// server (ownrequests.go); routed are those routed since the last reading.
+	applyMu sync.Mutex
+	routed  []time.Time
 }
 
 // Factory builds fleet-metrics-data-source.
@@ -326,7 +332,7 @@ func (p *Plugin) Dispatch(ctx context.Context, ep fwkdl.Endpoint) error {
 	if mode == modeOwned {
 		p.publish(share{server: id, scrapedAt: at, families: filter(fams, p.keep)})
 	}
-	p.extract(ctx, ep, fams)
+	p.applyReading(ctx, id, ep, at, fams)
 	return nil
 }
 
@@ -486,7 +492,7 @@ func (p *Plugin) receive(m peersync.Message) error {
 		return nil
 	}
 	p.m.shareAge.Observe(max(0, now.Sub(s.scrapedAt).Seconds()))
-	p.extract(context.Background(), ep, s.families)
+	p.applyReading(context.Background(), s.server, ep, s.scrapedAt, s.families)
 	return nil
 }
 
