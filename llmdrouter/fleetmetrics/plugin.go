@@ -17,6 +17,12 @@
 // scraped by each replica itself until shares come again. Without peers, or with share off,
 // the source scrapes every server itself, as upstream's does.
 //
+// One thing differs from what a replica would have read itself: a request this
+// replica routes to a server counts in the server's waiting queue
+// (WaitingQueueSize) until a reading taken after it. Replicas that share readings
+// see the same values at the same moment, and would otherwise all send to the
+// server that looks least loaded until the next one (ownrequests.go).
+//
 //	plugins:
 //	  - name: peer-syncer
 //	    type: peer-syncer
