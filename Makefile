@@ -380,7 +380,7 @@ bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replic
 	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md,$(ROOT)/docs/SHARING-STATE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
 
 .PHONY: bench-routing-load
-bench-routing-load: k8s build-llmd ## The routing bench's section under load alone: shared scraping against every replica scraping for itself at 3 and 8 replicas, on the multi-turn workload that exceeds the caches at 1.25 times its rate (the servers near saturation) for 3 times as long, 6 seeds, each configuration on a fleet of its own in turns; writes its section of docs/PERFORMANCE.md (its last run 13m21s; make bench-routing runs it too).
+bench-routing-load: k8s build-llmd ## The routing bench's section under load alone: shared scraping against every replica scraping for itself at 3 and 8 replicas, on the multi-turn workload that exceeds the caches at 1.25 times its rate (the servers near saturation) for 3 times as long, 10 seeds, each configuration on a fleet of its own in turns; writes its section of docs/PERFORMANCE.md (its last run 13m21s; make bench-routing runs it too).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench run --load-only --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md $(BENCH_ROUTING_FLAGS)
 

@@ -55,7 +55,7 @@ type loadOptions struct {
 func registerLoadFlags(fs *flag.FlagSet) func() (loadOptions, error) {
 	configs := fs.String("load-configs", "shared-index-default,shared-scraping", "configurations of the section under load: the first is the reference each other one is paired with, seed by seed (\"\": no such section)")
 	replicas := fs.String("load-replicas", "3,8", "replica counts of the section under load")
-	seeds := fs.Int("load-seeds", 6, "seeds per configuration and replica count of the section under load")
+	seeds := fs.Int("load-seeds", 10, "seeds per configuration and replica count of the section under load")
 	factor := fs.Float64("load-factor", 1.25, "the section under load sends the multi-turn workload that exceeds the caches at this multiple of its rate, with as many more sessions (on the default servers, 1 has a request waiting about a tenth of the time; 1.5 holds for a short run, then the caches thrash, the hit rate collapses and the queues grow for good)")
 	length := fs.Float64("load-length", 3, "the section's runs send this many times more sessions again, at the same rate (3: arrivals over about 70 simulated seconds, a TTFT p99 over about 1,100 requests; near saturation a short run's p99 is a handful of requests and varies by tens of percent between identical runs)")
 	only := fs.Bool("load-only", false, "run and write the section under load alone (make bench-routing-load), not the main matrix, faults or restarts")
