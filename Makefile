@@ -375,12 +375,12 @@ BENCH_ROUTING_FLAGS ?=
 BENCH_CAPACITY_FLAGS ?=
 
 .PHONY: bench-routing
-bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer, the shared prefix index on both profiles) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 5 seeds (2 for the controls), 3 replicas through faults and a rolling restart, then the section under load (make bench-routing-load); writes docs/PERFORMANCE.md (and its headline into README.md and docs/SHARING-STATE.md) and docs/routing-bench.svg (its last run 50m43s before the section under load, which adds about 14 min; three rolling restarts a configuration; BENCH_ROUTING_FLAGS=--quick for iteration).
+bench-routing: k8s build-llmd ## Routing quality: llm-d-router's EPP as 1 replica against 3 and 8 (LocalSyncer, peer-syncer, the shared prefix index on both profiles) on 8 simulated vLLM servers, 2 workloads × 2 sizes × 5 seeds (2 for the controls), 3 replicas through faults and a rolling restart, then the section under load (make bench-routing-load, about 23 min); writes docs/PERFORMANCE.md (and its headline into README.md and docs/SHARING-STATE.md) and docs/routing-bench.svg (its last run 50m43s before the section under load; three rolling restarts a configuration; BENCH_ROUTING_FLAGS=--quick for iteration).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench run --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md,$(ROOT)/docs/SHARING-STATE.md --plot=$(ROOT)/docs/routing-bench.svg $(BENCH_ROUTING_FLAGS)
 
 .PHONY: bench-routing-load
-bench-routing-load: k8s build-llmd ## The routing bench's section under load alone: shared scraping against every replica scraping for itself at 3 and 8 replicas, on the multi-turn workload that exceeds the caches at 1.25 times its rate (the servers near saturation) for 3 times as long, 10 seeds, each configuration on a fleet of its own in turns; writes its section of docs/PERFORMANCE.md (its last run 13m21s; make bench-routing runs it too).
+bench-routing-load: k8s build-llmd ## The routing bench's section under load alone: shared scraping against every replica scraping for itself at 3 and 8 replicas, on the multi-turn workload that exceeds the caches at 1.25 times its rate (the servers near saturation) for 3 times as long, 10 seeds, each configuration on a fleet of its own in turns; writes its section of docs/PERFORMANCE.md (its last run 22m48s; make bench-routing runs it too).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench run --load-only --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md $(BENCH_ROUTING_FLAGS)
 
