@@ -84,3 +84,36 @@ func TestRoutedRequestsAreBounded(t *testing.T) {
 		t.Errorf("%d requests remembered, want at most %d", n, maxRouted)
 	}
 }
+
+// TestRequestsRoutedWhileReadingsArriveCountOnce: requests routed while shares
+// are applied each count once until a reading after them, and not after it.
+func TestRequestsRoutedWhileReadingsArriveCountOnce(t *testing.T) {
+	p, ep, id, own, _ := receiver(t, fmt.Sprintf("%s-%d", t.Name(), time.Now().UnixNano()))
+	start := time.Now()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			// Readings taken before every request below: each keeps counting them all.
+			if err := p.receive(peersync.Message{Peer: own, Data: shareMessage(t, id, start.Add(time.Duration(i+1)*time.Microsecond-time.Second), vllmPage)}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	for range 100 {
+		if err := p.PreRequest(context.Background(), nil, routedTo(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	<-done
+	if w := ep.GetMetrics().WaitingQueueSize; w != 3+100 {
+		t.Errorf("after 100 requests routed while older readings arrived: waiting %d, want 3 + 100 (each once)", w)
+	}
+	if err := p.receive(peersync.Message{Peer: own, Data: shareMessage(t, id, time.Now(), vllmPage)}); err != nil {
+		t.Fatal(err)
+	}
+	if w := ep.GetMetrics().WaitingQueueSize; w != 3 {
+		t.Errorf("after a reading taken after them: waiting %d, want the page's 3", w)
+	}
+}
