@@ -163,15 +163,7 @@ func (b *bench) runUnderLoad() {
 }
 
 // loaded are the section's runs of config with n replicas.
-func (b *bench) loaded(config string, n int) []result {
-	var out []result
-	for _, r := range b.loadResults {
-		if r.config == config && r.replicas == n {
-			out = append(out, r)
-		}
-	}
-	return out
-}
+func (b *bench) loaded(config string, n int) []result { return runsOf(b.loadResults, config, n) }
 
 func ttftP99(r result) float64 { return float64(stats.Percentile(r.ttft, 0.99)) }
 

@@ -20,9 +20,12 @@ const (
 )
 
 // group is the results of one configuration and replica count, every workload.
-func (b *bench) group(config string, n int) []result {
+func (b *bench) group(config string, n int) []result { return runsOf(b.results, config, n) }
+
+// runsOf are the runs of rs of config with n replicas.
+func runsOf(rs []result, config string, n int) []result {
 	var out []result
-	for _, r := range b.results {
+	for _, r := range rs {
 		if r.config == config && r.replicas == n {
 			out = append(out, r)
 		}
