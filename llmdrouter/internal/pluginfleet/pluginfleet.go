@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -118,7 +119,9 @@ func (f *Fleet) Start(i int, syncerParams string) *Replica {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	t.Cleanup(cancel)
-	r.Debug = testenv.FreeAddr()
+	// On the replica's own address: a port freed on 127.0.0.1 is soon taken again
+	// by the other tests' connections, and then this replica's discovery stops.
+	r.Debug = fmt.Sprintf("%s:%d", r.IP, testenv.FreePort(r.IP))
 	SetEnv(t, "POD_NAME", r.Name, "POD_IP", r.IP, "NAMESPACE", "ns")
 	var podList fwkplugin.PodListFunc
 	if f.PodList != nil {
@@ -144,7 +147,14 @@ func (f *Fleet) Start(i int, syncerParams string) *Replica {
 	r.Syncer = s.(fwkdl.CrossReplicaSyncer)
 	r.Handle.AddPlugin("peer-syncer", s)
 	// What the wiring does for dataLayer.peerDiscovery.pluginRef.
-	go func() { _ = pd.(fwkdl.PeerDiscovery).Start(ctx, fwkdl.NewPeerNotifier(statesync.NewMemoryPeerStore())) }()
+	// Start ends early only on an error (a listener it cannot open): the replica
+	// then has no peers and refuses every connection, so the test fails saying so.
+	go func() {
+		err := pd.(fwkdl.PeerDiscovery).Start(ctx, fwkdl.NewPeerNotifier(statesync.NewMemoryPeerStore()))
+		if err != nil && ctx.Err() == nil {
+			t.Errorf("%s: peer discovery stopped: %v", r.Name, err)
+		}
+	}()
 	return r
 }
 
@@ -188,7 +198,7 @@ func WaitConnected(t *testing.T, within time.Duration, rs ...*Replica) {
 				case !ok:
 					return fmt.Sprintf("%s does not list %s as a peer yet", r.Name, o.Name)
 				case p.Outbound != "in-sync":
-					return fmt.Sprintf("%s's connection to %s is %s %s", r.Name, o.Name, p.Outbound, p.OutboundError)
+					return fmt.Sprintf("%s's connection to %s is %s %s (%s)", r.Name, o.Name, p.Outbound, p.OutboundError, farSide(o, r))
 				case !p.InSync:
 					return fmt.Sprintf("%s has no full state from %s yet", r.Name, o.Name)
 				}
@@ -196,4 +206,23 @@ func WaitConnected(t *testing.T, within time.Duration, rs ...*Replica) {
 		}
 		return ""
 	})
+}
+
+// farSide describes what replica o sees of replica r: whether its discovery lists
+// itself and r, and what it has refused, so that a connection that stays down says
+// which end holds it down.
+func farSide(o, r *Replica) string {
+	doc := o.Syncer.(*peersyncer.Plugin).Syncer().Document("-", "-")
+	lists := false
+	for _, p := range doc.Peers {
+		lists = lists || p.ID == "ns/"+r.Name
+	}
+	var refused []string
+	for reason, n := range doc.Rejections {
+		if n > 0 {
+			refused = append(refused, fmt.Sprintf("%s=%v", reason, n))
+		}
+	}
+	slices.Sort(refused)
+	return fmt.Sprintf("%s lists itself %v, lists %s %v, %d peers, refused %v", o.Name, doc.Listed, r.Name, lists, len(doc.Peers), refused)
 }
