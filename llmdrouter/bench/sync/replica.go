@@ -92,7 +92,17 @@ func replicaMain(args []string) error {
 		return fmt.Errorf("--syncer=%q: want peer or local", *syncer)
 	}
 	store := statesync.NewMemoryPeerStore()
-	go func() { _ = pd.(fwkdl.PeerDiscovery).Start(ctx, fwkdl.NewPeerNotifier(store)) }()
+	// Discovery ends early only on an error: the replica then stops with it, rather
+	// than run on without peers and skew the bench.
+	discoveryErr := make(chan error, 1)
+	ctx, stopped := context.WithCancel(ctx)
+	defer stopped()
+	go func() {
+		if err := pd.(fwkdl.PeerDiscovery).Start(ctx, fwkdl.NewPeerNotifier(store)); err != nil && ctx.Err() == nil {
+			discoveryErr <- fmt.Errorf("peer discovery stopped: %w", err)
+			stopped()
+		}
+	}()
 
 	eps := endpointNames(*endpoints)
 	lat := &latencies{seen: map[int64]int64{}}
@@ -126,7 +136,12 @@ func replicaMain(args []string) error {
 	if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
 		return err
 	}
-	return nil
+	select {
+	case err := <-discoveryErr:
+		return err
+	default:
+		return nil
+	}
 }
 
 type status struct {
