@@ -122,6 +122,10 @@ func run(o options) error {
 			return fmt.Errorf("%s: %w (make bench-live builds it)", b, err)
 		}
 	}
+	stamp, err := markdown.StampOf(bins...)
+	if err != nil {
+		return err
+	}
 	env, err := testenv.Start(testenv.WithoutFsync())
 	if err != nil {
 		return err
@@ -168,7 +172,7 @@ func run(o options) error {
 		return res.smokeCheck(o)
 	}
 	if o.write != "" {
-		return markdown.ReplaceSection(o.write, sectionBegin, sectionEnd, table)
+		return markdown.ReplaceStamped(o.write, sectionBegin, sectionEnd, table, stamp)
 	}
 	return nil
 }

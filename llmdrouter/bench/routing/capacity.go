@@ -255,6 +255,10 @@ func capacityMain(args []string) error {
 	if err != nil {
 		return err
 	}
+	stamp, err := markdown.StampOf(o.epp) // before the namespace, at the start
+	if err != nil {
+		return err
+	}
 	netns.Isolate("routingbench capacity")
 	env, err := testenv.Start(testenv.WithoutFsync())
 	if err != nil {
@@ -278,7 +282,7 @@ func capacityMain(args []string) error {
 	md := capacityReport(o, results, scrape, time.Since(start))
 	fmt.Println(md)
 	if o.write != "" {
-		if err := markdown.ReplaceSection(o.write, capacityBegin, capacityEnd, md); err != nil {
+		if err := markdown.ReplaceStamped(o.write, capacityBegin, capacityEnd, md, stamp); err != nil {
 			return err
 		}
 		for _, p := range o.quote {

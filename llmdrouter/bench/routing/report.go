@@ -22,10 +22,6 @@ const (
 	headlineEnd   = "<!-- routing-headline:end -->"
 )
 
-func writeSection(path, text string) error {
-	return markdown.ReplaceSection(path, beginMarker, endMarker, text)
-}
-
 // quoteHeadline writes the headline into the pages that quote it.
 func quoteHeadline(paths []string, headline string) error {
 	for _, p := range paths {

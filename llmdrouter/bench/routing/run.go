@@ -247,6 +247,11 @@ func runMain(args []string) error {
 	if err != nil {
 		return err
 	}
+	// What the sections it writes measured: taken before the namespace, at the start.
+	stamp, err := markdown.StampOf(o.epp)
+	if err != nil {
+		return err
+	}
 	// A network namespace of its own: the replicas and the model servers have
 	// addresses an EndpointSlice and a pod accept, and nothing leaves the machine.
 	netns.Isolate("routingbench")
@@ -270,7 +275,7 @@ func runMain(args []string) error {
 		return b.smokeCheck()
 	}
 	if o.write != "" && !o.load.only {
-		if err := writeSection(o.write, rep.markdown); err != nil {
+		if err := markdown.ReplaceStamped(o.write, beginMarker, endMarker, rep.markdown, stamp); err != nil {
 			return err
 		}
 		if err := quoteHeadline(o.quote, b.headline()); err != nil {
@@ -278,7 +283,7 @@ func runMain(args []string) error {
 		}
 	}
 	if o.write != "" && load != "" {
-		if err := markdown.ReplaceSection(o.write, loadBeginMarker, loadEndMarker, load); err != nil {
+		if err := markdown.ReplaceStamped(o.write, loadBeginMarker, loadEndMarker, load, stamp); err != nil {
 			return err
 		}
 	}

@@ -95,6 +95,15 @@ func runMain(args []string) error {
 			return fmt.Errorf("--replicas: %d is more than the namespace's addresses allow (200)", n)
 		}
 	}
+	// What the table measured (the replicas run this binary): before the namespace.
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	stamp, err := markdown.StampOf(self)
+	if err != nil {
+		return err
+	}
 	netns.Isolate("syncbench")
 	env, err := testenv.Start(testenv.WithoutFsync())
 	if err != nil {
@@ -128,7 +137,7 @@ func runMain(args []string) error {
 		return smokeCheck(o, results)
 	}
 	if o.write != "" {
-		return markdown.ReplaceSection(o.write, beginMarker, endMarker, table)
+		return markdown.ReplaceStamped(o.write, beginMarker, endMarker, table, stamp)
 	}
 	return nil
 }
