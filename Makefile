@@ -310,6 +310,10 @@ verify-quotes: ## Fail when README.md or docs/SHARING-STATE.md quotes the routin
 	@go run ./hack/docquote -source docs/PERFORMANCE.md -marker routing-headline README.md docs/SHARING-STATE.md
 	@go run ./hack/docquote -source docs/PERFORMANCE.md -marker capacity-headline README.md
 
+.PHONY: verify-generated
+verify-generated: ## Fail when a section a benchmark generated (docs/PERFORMANCE.md) is not what it wrote (its stamp's hash: a hand edit) or has no stamp; name, without failing, the sections whose measured code (llmdrouter/, controller/peersync) changed since the commit they measured (hack/docstamp).
+	@go run ./hack/docstamp README.md docs/*.md
+
 .PHONY: verify-architecture
 verify-architecture: ## Fail when a Go package of controller/, internal/, llmdrouter/ or hack/ is not in docs/ARCHITECTURE.md's package table, or the table names one that does not exist (hack/docpkgs, and its test).
 	@go test -count=1 ./hack/docpkgs
@@ -331,7 +335,7 @@ release: ## Tag a release (VERSION=x.y.z, after set-version is committed): vX.Y.
 	hack/release.sh tag $(VERSION)
 
 .PHONY: lint
-lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs verify-reference verify-quotes verify-links verify-architecture verify-llmdrouter-tidy ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check, the generated docs (chart, Terraform, docs/REFERENCE.md, the routing bench's headline where it is quoted), the docs' links, docs/ARCHITECTURE.md's package table against the tree and llmdrouter/'s tidy go.mod (terraform fmt is checked by test-terraform).
+lint: $(BIN)/golangci-lint llmdrouter-work verify-modgraph verify-docs verify-reference verify-quotes verify-generated verify-links verify-architecture verify-llmdrouter-tidy ## golangci-lint (.golangci.yml: vet, staticcheck, gofmt, ...) on every Go module, the module-graph check, the generated docs (chart, Terraform, docs/REFERENCE.md, the routing bench's headline where it is quoted, the benches' sections against their stamps), the docs' links, docs/ARCHITECTURE.md's package table against the tree and llmdrouter/'s tidy go.mod (terraform fmt is checked by test-terraform).
 	@for m in $(GO_MODULES); do echo "golangci-lint: $$m"; vars="GOWORK=off"; [ $$m = llmdrouter ] && vars="GOWORK=$(LLMD_WORK) CGO_ENABLED=0"; \
 	  (cd $$m && env $$vars $(BIN)/golangci-lint run --config $(ROOT)/.golangci.yml ./...) || exit 1; done
 
