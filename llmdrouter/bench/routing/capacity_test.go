@@ -96,6 +96,34 @@ func TestEfficiencyIsPairedByRound(t *testing.T) {
 	}
 }
 
+// TestCostAtIsAboveIdlePairedByRound: the cost of a request at a rate is the
+// window's CPU less the same round's idle window's, over the rate: a drift that
+// raises a whole round cancels out, and a fixed cost a second shows as a higher
+// cost a request at lower rates.
+func TestCostAtIsAboveIdlePairedByRound(t *testing.T) {
+	ps := fakeRounds(1, 0.05, 0.002, []float64{0})
+	for i := range ps {
+		if ps[i].round == 1 {
+			ps[i].cores += 0.3 // round 2 on a busier machine
+		}
+		if ps[i].rate > 0 {
+			ps[i].cores += 0.04 // 0.04 cores of work a second once there is any request
+		}
+	}
+	r := capacityResult{config: "single", replicas: 1, points: ps}
+	for rate, want := range map[float64]float64{40: 0.002 + 0.04/40, 120: 0.002 + 0.04/120} {
+		if c := r.costAt(rate); c.N != 2 || math.Abs(c.Mean-want) > 1e-12 || math.Abs(c.Hi-c.Lo) > 1e-12 {
+			t.Errorf("cost at %v: %+v, want %v in both rounds", rate, c, want)
+		}
+	}
+	if got := (capacityResult{config: "shared-index-default", replicas: 8}).perReplica(400); got != 50 {
+		t.Errorf("8 replicas that share 400 a second route %v each, want 50", got)
+	}
+	if got := (capacityResult{config: "shared-index-loaded", replicas: 8}).perReplica(400); got != 400 {
+		t.Errorf("one replica of 8 at the full rate routes %v, want 400", got)
+	}
+}
+
 func TestCapacityReportAndPlot(t *testing.T) {
 	o, err := parseCapacityOptions([]string{"--epp=" + os.Args[0]})
 	if err != nil {
@@ -123,7 +151,12 @@ func TestCapacityReportAndPlot(t *testing.T) {
 		"| 4.0% of a core | 20.0 | 480 of 480 |", // one replica: idle 0.04 of a core, 20 scrapes a second, every request answered
 		"| peer-syncer (in-flight load shared) | 3 | not measured: replica exited |",
 		"capacity-headline:begin",
-		"Capacity: one replica routes 500 requests a second per core of EPP. Against it, paired in time, replicas sharing the index with state sync's profile: 3 give 2.7× [",
+		"Capacity: one replica routes 500 [500, 500] requests a second per core of EPP at 120 requests a second, 500 [500, 500] at 40 (",
+		"over 40 to 120 requests a second, its marginal cost gives 500. Against that marginal cost, paired in time, replicas sharing the index with state sync's profile: 3 give 2.7× [",
+		// The curve: the cost above idle at each rate, and the rate each replica routes.
+		"| 40 a second in all | 80 a second in all | 120 a second in all |",
+		"| one replica | 1 | 2000 [2000, 2000] µs at 40 a replica | 2000 [2000, 2000] µs at 80 a replica | 2000 [2000, 2000] µs at 120 a replica |",
+		"| LocalSyncer (nothing shared) | 8 | 2100 [2100, 2100] µs at 5 a replica |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the capacity report lacks %q:\n%s", want, md)
@@ -143,8 +176,8 @@ func TestCapacityReportAndPlot(t *testing.T) {
 			lines++
 		}
 	}
-	if lines != 6 { // local, peer, shared-index-default, shared-index-loaded, shared-index and shared-scraping
-		t.Errorf("%d lines in the plot, want 6", lines)
+	if lines != 3 { // one replica, and LocalSyncer at 3 and 8 (the shared index on state sync's profile is not drawn)
+		t.Errorf("%d lines in the plot, want 3", lines)
 	}
 }
 
