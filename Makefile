@@ -389,14 +389,14 @@ bench-routing-load: k8s build-llmd ## The routing bench's section under load alo
 	$(BIN)/routingbench run --load-only --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md $(BENCH_ROUTING_FLAGS)
 
 .PHONY: bench-capacity
-bench-capacity: k8s build-llmd ## Capacity: llm-d-router's EPP at 1, 3 and 8 replicas (one replica, LocalSyncer, peer-syncer, the shared prefix index on both profiles, with shared scraping, and on the default one as one replica of N at the full rate, its N-1 peers emulated) under open-loop load at 3 rates, model servers that answer at once, each configuration in rounds beside a one-replica reference; the marginal CPU per request (the slope of CPU against rate, every replica's), requests per core, scaling efficiency paired by round, scrapes per server; then the scrape load (8 replicas scraping 32 servers' vLLM pages every second against 8 sharing the scrapes, idle CPU paired by window); writes docs/PERFORMANCE.md (and its headline into README.md) and docs/capacity-bench.svg (~18 min; not in make test).
+bench-capacity: k8s build-llmd ## Capacity: llm-d-router's EPP at 1, 3 and 8 replicas (one replica, LocalSyncer, peer-syncer, the shared prefix index on both profiles, with shared scraping, and on the default one as one replica of N at the full rate, its N-1 peers emulated) under open-loop load at 5 rates, model servers that answer at once, each configuration in rounds beside a one-replica reference, in 3 passes of fresh processes; the marginal CPU per request (the slope of CPU against rate, every replica's), requests per core, scaling efficiency paired by round with the spread between passes, the cost of a request at each rate, scrapes per server; then the scrape load (8 replicas scraping 32 servers' vLLM pages every second against 8 sharing the scrapes, idle CPU paired by window); writes docs/PERFORMANCE.md (and its headline into README.md) and docs/capacity-bench.svg (~45 min; not in make test).
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
 	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md --plot=$(ROOT)/docs/capacity-bench.svg $(BENCH_CAPACITY_FLAGS)
 
 .PHONY: bench-capacity-smoke
-bench-capacity-smoke: k8s build-llmd ## A short bench-capacity (one replica, and one of 3 whose 2 peers are emulated; 2 rates, 2 rounds of 1 s windows; a scrape load of 3 replicas on 4 servers; ~1.5 min) that fails when a request is not answered, the replica did not merge 2 of its peers' placements for each of its own, or shared scraping reads a server more often than one replica would.
+bench-capacity-smoke: k8s build-llmd ## A short bench-capacity (one replica, and one of 3 whose 2 peers are emulated; 2 rates, 2 passes of 2 rounds of 1 s windows; a scrape load of 3 replicas on 4 servers; ~1.5 min) that fails when a request is not answered, the replica did not merge 2 of its peers' placements for each of its own, or shared scraping reads a server more often than one replica would.
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
-	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --configs=single,shared-index-loaded --replicas=3 --rates=100,200 --rounds=2 --window=1s \
+	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --configs=single,shared-index-loaded --replicas=3 --rates=100,200 --rounds=2 --passes=2 --window=1s \
 		--scrape-servers=4 --scrape-replicas=3 --scrape-refresh=200ms --scrape-windows=2 --scrape-window=1s
 
 .PHONY: bench-routing-smoke

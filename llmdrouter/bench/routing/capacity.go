@@ -60,6 +60,8 @@ type capacityOptions struct {
 	rates    []float64
 	window   time.Duration
 	rounds   int
+	passes   int
+	pass     int // the pass running (capacitySessions)
 	servers  int
 	write    string
 	quote    []string
@@ -78,7 +80,8 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	rates := fs.String("rates", "50,100,200,400,600", "open-loop request rates, in requests a second over every replica together (at least 2; with the idle windows, a slope has 3 points or more); the cost of a request is given at each (the curve)")
 	fs.DurationVar(&o.window, "window", 2500*time.Millisecond, "each window (a rate's, or an idle one)")
-	fs.IntVar(&o.rounds, "rounds", 4, "rounds per configuration: each rate and an idle window, on the configuration and on the reference")
+	fs.IntVar(&o.rounds, "rounds", 2, "rounds per configuration and pass: each rate and an idle window, on the configuration and on the reference")
+	fs.IntVar(&o.passes, "passes", 3, "independent passes: each starts every fleet, the reference's included, afresh and runs every configuration again; the spread between them is reported beside the interval over the rounds")
 	fs.IntVar(&o.servers, "servers", 8, "model servers (stubs that answer at once)")
 	fs.DurationVar(&o.refresh, "refresh-metrics-interval", 0, "the EPPs' --refresh-metrics-interval (0: upstream's default, 50ms); the scrapes and their cost scale with its inverse")
 	o.page = modelsim.CorePage // DECISIONS: "The model servers' metrics page"
@@ -131,6 +134,8 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 		return o, fmt.Errorf("--window=%v: want at least 1s", o.window)
 	case o.rounds < 2 || o.rounds > 30:
 		return o, fmt.Errorf("--rounds=%d: want 2 to 30 (an interval needs 2)", o.rounds)
+	case o.passes < 1 || o.passes > 10:
+		return o, fmt.Errorf("--passes=%d: want 1 to 10 (a spread between passes needs 2)", o.passes)
 	case o.servers < 1 || o.servers > 100:
 		return o, fmt.Errorf("--servers=%d: want 1 to 100", o.servers)
 	case o.scrape.servers < 0 || o.scrape.servers > 100:
@@ -151,8 +156,9 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 // (cores, every replica together), what was answered, and the EPP's picking times.
 type capacityPoint struct {
 	rate     float64 // the rate asked (the fit uses the rate achieved)
+	pass     int     // which pass (fresh processes each)
 	session  int     // which configuration's session (the reference runs in each)
-	round    int
+	round    int     // numbered across passes: pass × rounds + the round in the pass
 	cores    float64
 	perCore  []float64 // each replica's cores
 	sent     int
@@ -205,10 +211,17 @@ func fitPoints(points []capacityPoint) (slope interval, intercept float64) {
 // with its interval (no samples without a reference).
 func (r capacityResult) efficiency() interval {
 	var ratios []float64
-	for k := 0; ; k++ {
+	var rounds []int
+	for _, p := range r.points {
+		if !slices.Contains(rounds, p.round) {
+			rounds = append(rounds, p.round)
+		}
+	}
+	slices.Sort(rounds)
+	for _, k := range rounds {
 		mine, ref := inRound(r.points, k), inRound(r.ref, k)
 		if len(mine) == 0 || len(ref) == 0 {
-			break
+			continue
 		}
 		s, _ := fitPoints(mine)
 		s1, _ := fitPoints(ref)
@@ -254,6 +267,62 @@ func (r capacityResult) perReplica(rate float64) float64 {
 		return rate
 	}
 	return rate / float64(max(1, r.replicas))
+}
+
+// mergePass adds a pass's results to those of the passes before (the same
+// configurations, in the same order): its windows, the mean of the scrapes, and
+// a failure in any pass.
+func mergePass(all, pass []capacityResult) []capacityResult {
+	if len(all) == 0 {
+		return pass
+	}
+	for i := range all {
+		n := float64(all[i].passes())
+		all[i].points = append(all[i].points, pass[i].points...)
+		all[i].ref = append(all[i].ref, pass[i].ref...)
+		all[i].scrapes = (all[i].scrapes*n + pass[i].scrapes) / (n + 1)
+		if all[i].failure == "" {
+			all[i].failure = pass[i].failure
+		}
+	}
+	return all
+}
+
+// passes is how many passes r has windows of.
+func (r capacityResult) passes() int {
+	n := 0
+	for _, p := range r.points {
+		n = max(n, p.pass+1)
+	}
+	return n
+}
+
+// inPass is r with only the windows of pass k.
+func (r capacityResult) inPass(k int) capacityResult {
+	only := func(ps []capacityPoint) []capacityPoint {
+		var out []capacityPoint
+		for _, p := range ps {
+			if p.pass == k {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	r.points, r.ref = only(r.points), only(r.ref)
+	return r
+}
+
+// betweenPasses is the spread of a figure between the passes: f of each pass
+// alone, their mean and 95% interval. Fresh processes, and the machine's state of
+// the moment, move a figure between runs more than between the rounds of one.
+func (r capacityResult) betweenPasses(f func(capacityResult) interval) interval {
+	var vs []float64
+	for k := range r.passes() {
+		if v := f(r.inPass(k)); v.N > 0 {
+			vs = append(vs, v.Mean)
+		}
+	}
+	return meanInterval(vs)
 }
 
 // idle is the mean of the idle windows' cores, per replica.
@@ -311,7 +380,12 @@ func capacityMain(args []string) error {
 	b := &bench{o: runOptions{epp: o.epp, servers: o.servers, refresh: o.refresh}, env: env, servers: stubs.byAddr, scrapeCounts: stubs.scrapes,
 		logf: func(f string, a ...any) { fmt.Fprintf(os.Stderr, "routingbench capacity: "+f+"\n", a...) }}
 	start := time.Now()
-	results := b.capacitySessions(o, stubs)
+	var results []capacityResult
+	for pass := range o.passes {
+		o.pass = pass
+		b.logf("pass %d of %d", pass+1, o.passes)
+		results = mergePass(results, b.capacitySessions(o, stubs))
+	}
 	stubs.close() // the scrape load's servers take their addresses
 	var scrape scrapeLoadResult
 	if o.scrape.servers > 0 {
@@ -541,9 +615,10 @@ func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int
 		ref.next = 0
 	}
 	levels := append([]float64{0}, o.rates...)
-	rng := rand.New(rand.NewPCG(uint64(session), 39))
+	rng := rand.New(rand.NewPCG(uint64(session), uint64(39+o.pass)))
 	scrapes0, began := stubs.total(), time.Now()
-	for k := range o.rounds {
+	for k0 := range o.rounds {
+		k := o.pass*o.rounds + k0
 		for j, li := range rng.Perm(len(levels)) {
 			rate := levels[li]
 			pair := []*fleet{sub, ref}
@@ -554,7 +629,7 @@ func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int
 				if f == nil {
 					continue
 				}
-				if o.pprofDir != "" && rate == o.rates[len(o.rates)-1] && k == o.rounds-1 {
+				if o.pprofDir != "" && rate == o.rates[len(o.rates)-1] && k0 == o.rounds-1 && o.pass == o.passes-1 {
 					for i, p := range f.procs {
 						go profile(p, o.window, filepath.Join(o.pprofDir, fmt.Sprintf("%s-%d-r%d.pprof", f.c.name, len(f.procs), i)), b.logf)
 					}
@@ -563,7 +638,7 @@ func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int
 				if err != nil {
 					return fmt.Errorf("%s × %d, round %d: %w", f.c.title, len(f.procs), k+1, err)
 				}
-				p.session, p.round = session, k
+				p.pass, p.session, p.round = o.pass, session, k
 				if f == sub {
 					res.points = append(res.points, p)
 				} else {

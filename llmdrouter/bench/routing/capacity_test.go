@@ -222,3 +222,33 @@ func TestScrapeLoadReport(t *testing.T) {
 		t.Errorf("scrapes sentence:\n%s\nwant\n%s", got, want)
 	}
 }
+
+// TestEfficiencyIsMetOnlyWhenThePassesAgree: three passes whose rounds agree
+// within each pass but not between them clear the target over the rounds, not
+// between the passes; so the figure is not shown. The passes' windows merge with
+// their rounds kept apart.
+func TestEfficiencyIsMetOnlyWhenThePassesAgree(t *testing.T) {
+	var all []capacityResult
+	for pass, eff := range []float64{1.0, 0.92, 0.95} {
+		sub, ref := fakeRounds(8, 0.3, 0.002/eff, []float64{0}), fakeRounds(1, 0.04, 0.002, []float64{0})
+		for _, ps := range [][]capacityPoint{sub, ref} {
+			for i := range ps {
+				ps[i].pass, ps[i].round = pass, 2*pass+ps[i].round
+			}
+		}
+		all = mergePass(all, []capacityResult{{config: "shared-index-default", replicas: 8, points: sub, ref: ref, scrapes: float64(20 + pass)}})
+	}
+	r := all[0]
+	if in := r.efficiency(); in.N != 6 || in.shown(1/targetMarginal) != "met" {
+		t.Fatalf("over the rounds: %+v, want 6 rounds that clear %.2f", in, 1/targetMarginal)
+	}
+	if b := r.betweenPasses(capacityResult.efficiency); b.N != 3 || math.Abs(b.Mean-(1.0+0.92+0.95)/3) > 1e-9 || b.Lo >= 1/targetMarginal {
+		t.Fatalf("between passes: %+v, want the 3 passes' mean with an interval that reaches below %.2f", b, 1/targetMarginal)
+	}
+	if got := r.efficiencyShown(); got != "not shown" {
+		t.Errorf("shown: %q, want not shown", got)
+	}
+	if r.scrapes != 21 {
+		t.Errorf("scrapes %v, want the passes' mean 21", r.scrapes)
+	}
+}
