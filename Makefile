@@ -400,9 +400,9 @@ bench-capacity-smoke: k8s build-llmd ## A short bench-capacity (one replica, and
 		--scrape-servers=4 --scrape-replicas=3 --scrape-refresh=200ms --scrape-windows=2 --scrape-window=1s
 
 .PHONY: bench-routing-smoke
-bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index, one seed; then 3 replicas sharing the index, scraping for themselves and sharing scrapes, on the loaded workload at its base rate; ~2 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, a placement of the shared index was not merged by every peer, or the shared index does not beat LocalSyncer's hit rate by 0.07.
+bench-routing-smoke: k8s build-llmd ## A short bench-routing (multi-turn that fits, 1 replica, 3 with LocalSyncer and 3 with the shared prefix index on both profiles, one seed; then 3 replicas sharing the index, scraping for themselves and sharing scrapes, on the loaded workload at its base rate; ~2 min) that fails when a request is not routed and answered, the servers' token counts differ from the generator's, one replica's hit rate is not above halfway from prefix-blind routing's to the ceiling, a placement of the shared index was not merged by every peer, or the shared index on either profile does not beat LocalSyncer's hit rate by 0.07.
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
-	$(BIN)/routingbench run --smoke --epp=$(LLMD_EPP) --configs=single,local,shared-index --replicas=3 --workloads=multi-turn --sizes=fits --seeds=1 --restart= --faults= \
+	$(BIN)/routingbench run --smoke --epp=$(LLMD_EPP) --configs=single,local,shared-index-default,shared-index --replicas=3 --workloads=multi-turn --sizes=fits --seeds=1 --restart= --faults= \
 		--load-replicas=3 --load-seeds=1 --load-factor=1 --load-length=1
 
 .PHONY: clean

@@ -174,7 +174,7 @@ func TestReportTablesAndPlot(t *testing.T) {
 
 func TestSmokeCheckFailsOnLostRequestsAndALowHitRate(t *testing.T) {
 	sharing := func(config string, _ int, _ uint64) float64 {
-		if config == "shared-index" {
+		if strings.HasPrefix(config, "shared-index") {
 			return 0.7
 		}
 		return 0.6
@@ -200,8 +200,18 @@ func TestSmokeCheckFailsOnLostRequestsAndALowHitRate(t *testing.T) {
 	}
 	// An index that publishes but does not change routing: as LocalSyncer.
 	b = fakeBench(t, func(string, int, uint64) float64 { return 0.6 })
-	if err := b.smokeCheck(); err == nil || !strings.Contains(err.Error(), "the shared index hits 0.600, LocalSyncer 0.600: want 0.07 more") {
+	if err := b.smokeCheck(); err == nil || !strings.Contains(err.Error(), "shared prefix index, default profile hits 0.600, LocalSyncer 0.600: want 0.07 more") {
 		t.Errorf("a shared index that does not share: %v", err)
+	}
+	// On either profile.
+	b = fakeBench(t, func(config string, n int, seed uint64) float64 {
+		if config == "shared-index-default" {
+			return 0.6
+		}
+		return sharing(config, n, seed)
+	})
+	if err := b.smokeCheck(); err == nil || !strings.Contains(err.Error(), "default profile hits 0.600") || strings.Contains(err.Error(), "state sync") {
+		t.Errorf("the default profile's index that does not share, the other that does: %v", err)
 	}
 }
 
@@ -288,5 +298,24 @@ func TestRestartRatiosArePairedBySeed(t *testing.T) {
 	want := "| shared prefix index | 3 | 0.990 [0.990, 0.990]: met | 0.980 [0.980, 0.980]: met |"
 	if !strings.Contains(got, want) || strings.Contains(got, "LocalSyncer") {
 		t.Fatalf("restart ratios:\n%s\nwant the row %q and no row without a baseline", got, want)
+	}
+}
+
+// TestHeadlineSaysWhereFewerSeedsRan: a ratio of a control run with fewer seeds
+// than one replica says how many; the rows with every seed do not repeat it.
+func TestHeadlineSaysWhereFewerSeedsRan(t *testing.T) {
+	b := fakeBench(t, func(config string, _ int, _ uint64) float64 {
+		if config == "single" {
+			return 0.8
+		}
+		return 0.6
+	})
+	got := b.headline()
+	if !strings.HasPrefix(got, "On the multi-turn workload that fits (3 seeds)") {
+		t.Fatalf("headline: %s", got)
+	}
+	_, local, _ := strings.Cut(got, "(`LocalSyncer`), ")
+	if !strings.Contains(local, "at 3 (2 seeds)") || strings.Contains(strings.Split(got, "(`LocalSyncer`)")[0], "seeds) and") {
+		t.Errorf("headline: %s\nwant LocalSyncer's ratios (2 control seeds) to say so, and the shared index's (3) not", got)
 	}
 }
