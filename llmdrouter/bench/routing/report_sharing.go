@@ -294,7 +294,12 @@ func (b *bench) headline() string {
 		var parts []string
 		for _, n := range b.o.replicas {
 			if rs := b.of(config, n, kind, size); len(rs) > 0 {
-				parts = append(parts, fmt.Sprintf("%s at %d", pairedRatios(rs, one, hitRate).format(3), n))
+				iv := pairedRatios(rs, one, hitRate)
+				part := fmt.Sprintf("%s at %d", iv.format(3), n)
+				if iv.N != len(one) && iv.N > 1 { // the controls run fewer seeds: say so where it holds
+					part += fmt.Sprintf(" (%d seeds)", iv.N)
+				}
+				parts = append(parts, part)
 			}
 		}
 		return strings.Join(parts, " and ")
