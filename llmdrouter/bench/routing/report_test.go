@@ -18,7 +18,7 @@ import (
 // hit(config, replicas, seed).
 func fakeBench(t *testing.T, hit func(config string, n int, seed uint64) float64) *bench {
 	t.Helper()
-	o, err := parseRunOptions([]string{"--epp=" + os.Args[0], "--workloads=multi-turn", "--sizes=fits", "--seeds=3",
+	o, err := parseRunOptions([]string{"--epp=" + os.Args[0], "--workloads=multi-turn", "--sizes=fits", "--seeds=3", "--control-seeds=2",
 		"--configs=single,single-shared,single-active,single-peer,local,peer,shared-index-default,shared-index"})
 	if err != nil {
 		t.Fatal(err)

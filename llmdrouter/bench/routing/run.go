@@ -121,7 +121,7 @@ func parseRunOptions(args []string) (runOptions, error) {
 	kinds := fs.String("workloads", "multi-turn,shared-prefix", "workloads: multi-turn, shared-prefix")
 	sizes := fs.String("sizes", "fits,exceeds", "sizes: fits (the working set fits the fleet's KV caches), exceeds")
 	seeds := fs.Int("seeds", 5, "seeds per workload (1, 2, ...) of one replica and the shared index (the headline rows)")
-	fs.IntVar(&o.controlSeeds, "control-seeds", 2, "seeds per workload of the control configurations (single-shared, single-active, single-peer, local, local-active, peer), at most --seeds")
+	fs.IntVar(&o.controlSeeds, "control-seeds", 3, "seeds per workload of the control configurations (single-shared, single-active, single-peer, local, local-active, peer), at most --seeds")
 	controlKinds := fs.String("control-workloads", "multi-turn", "workloads of the control configurations (of --workloads)")
 	fs.BoolVar(&o.quick, "quick", false, "a quick set for iteration: 2 seeds (1 for the controls), no rolling restart; the published section says so")
 	fs.IntVar(&o.servers, "servers", 8, "simulated model servers")
