@@ -404,7 +404,7 @@ func capacityMain(args []string) error {
 		}
 	}
 	if o.plot != "" {
-		if err := os.WriteFile(o.plot, []byte(capacityPlot(o, results)), 0o644); err != nil {
+		if err := os.WriteFile(o.plot, []byte(capacityPlot(results)), 0o644); err != nil {
 			return err
 		}
 	}

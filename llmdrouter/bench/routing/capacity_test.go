@@ -162,7 +162,7 @@ func TestCapacityReportAndPlot(t *testing.T) {
 			t.Errorf("the capacity report lacks %q:\n%s", want, md)
 		}
 	}
-	d := xml.NewDecoder(strings.NewReader(capacityPlot(o, results)))
+	d := xml.NewDecoder(strings.NewReader(capacityPlot(results)))
 	lines := 0
 	for {
 		tok, err := d.Token()
