@@ -60,12 +60,7 @@ func check(page string, adopt bool) (bool, error) {
 			if err != nil {
 				return false, err
 			}
-			begin := "<!-- " + sec.Name + ":begin"
-			doc, _ := os.ReadFile(page)
-			i := strings.Index(string(doc), begin)
-			line := string(doc[i:])
-			line = line[:strings.IndexByte(line, '\n')]
-			if err := markdown.ReplaceStamped(page, line, "<!-- "+sec.Name+":end -->", sec.Body, s); err != nil {
+			if err := markdown.ReplaceStamped(page, sec.Begin, "<!-- "+sec.Name+":end -->", sec.Body, s); err != nil {
 				return false, err
 			}
 			fmt.Printf("docstamp: %s: %s stamped as written by %s (build unrecorded)\n", page, sec.Name, s.Commit[:12])

@@ -89,6 +89,7 @@ var stampLine = regexp.MustCompile(`^<!-- stamp commit=(none|[0-9a-f]{40}) dirty
 // and whether its body is still what the stamp's writer wrote.
 type Section struct {
 	Name    string
+	Begin   string // its begin marker's line
 	Stamped bool
 	Stamp   Stamp
 	Edited  bool // stamped, and the body's hash is not the stamp's
@@ -116,7 +117,7 @@ func BenchSections(doc string) []Section {
 		if end < 0 {
 			continue
 		}
-		sec := Section{Name: name, Body: rest[:end]}
+		sec := Section{Name: name, Begin: line, Body: rest[:end]}
 		first, body, _ := strings.Cut(sec.Body, "\n")
 		if m := stampLine.FindStringSubmatch(first); m != nil {
 			sec.Stamped = true
