@@ -253,12 +253,13 @@ func capacityPlot(results []capacityResult) string {
 	var lines []line
 	some := slices.ContainsFunc(results, func(r capacityResult) bool { return slices.Contains(plotted, r.config) })
 	lo, hi, maxY := math.Inf(1), 0.0, 0.0
+	rates := allRates(results)
 	for _, r := range results {
 		if r.failure != "" || (some && !slices.Contains(plotted, r.config)) {
 			continue
 		}
 		l := line{label: fmt.Sprintf("%s × %d", r.title, r.replicas)}
-		for _, rate := range allRates(results) {
+		for _, rate := range rates {
 			if c := r.costAt(rate); c.N > 0 && c.Mean > 0 {
 				x := r.perReplica(rate)
 				l.xs, l.ys = append(l.xs, x), append(l.ys, 1e6*c.Mean)
