@@ -164,9 +164,15 @@ func (b *Broadcast) Publish(msg []byte) {
 	b.armed = true
 	b.mu.Unlock()
 	if arm {
-		now := time.Now()
-		time.AfterFunc(b.flushAt(now).Sub(now), b.flush)
+		time.AfterFunc(b.untilFlush(), b.flush)
 	}
+}
+
+// untilFlush is how long a window that opens now waits for its flush, by this
+// replica's clock (Options.ClockOffset).
+func (b *Broadcast) untilFlush() time.Duration {
+	now := b.s.o.now()
+	return b.flushAt(now).Sub(now)
 }
 
 // flushAt is when a window that opens at now is flushed: at the end of its interval

@@ -310,6 +310,37 @@ func TestWindowsFallOnTheWallClocksGrid(t *testing.T) {
 	}
 }
 
+// TestAClockOffsetMovesTheSyncersClockAndItsGrid: a syncer that stands in for a
+// replica on another node (Options.ClockOffset) starts, and flushes its windows,
+// by that node's clock: at a grid instant of this machine's, its window of 10ms
+// opened 4ms past one of its own and waits 6ms.
+func TestAClockOffsetMovesTheSyncersClockAndItsGrid(t *testing.T) {
+	base := time.Unix(1_800_000_000, 0)
+	for _, offset := range []time.Duration{0, 4 * time.Millisecond, -3 * time.Millisecond} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		s, err := New(Options{Self: peers.Self{Namespace: "ns", Name: "self"}, Peers: peers.NewMemoryPeerStore(), Listener: l,
+			Instance: fmt.Sprintf("offset-%v", offset), ClockOffset: offset, now: func() time.Time { return base }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := time.Unix(0, int64(s.hello.Start)).Sub(base); got != offset {
+			t.Errorf("offset %v: the start time is %v past this machine's clock, want the offset", offset, got)
+		}
+		b, err := s.Broadcast("index", BroadcastOptions{Window: 10 * time.Millisecond, Receive: func(string, []byte) error { return nil }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := 10*time.Millisecond - (offset+10*time.Millisecond)%(10*time.Millisecond)
+		if got := b.untilFlush(); got != want {
+			t.Errorf("offset %v: a window opened at a grid instant of this machine's flushes after %v, want %v", offset, got, want)
+		}
+	}
+}
+
 // TestConnectedIsCalledOncePerPairOfConnections: the two sides of a peer's
 // connections come up in goroutines of their own, in any order and at once; a
 // broadcast's consumer hears that the peer is connected both ways exactly once
