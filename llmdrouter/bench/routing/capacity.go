@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"net"
@@ -52,9 +53,11 @@ import (
 // its interval. Drift slower than a round cancels out.
 
 type capacityOptions struct {
-	refresh  time.Duration        // the EPPs' --refresh-metrics-interval (0: upstream's default)
-	page     modelsim.MetricsPage // what the stubs' /metrics renders
-	epp      string
+	refresh time.Duration        // the EPPs' --refresh-metrics-interval (0: upstream's default)
+	page    modelsim.MetricsPage // what the stubs' /metrics renders
+	epp     string
+	// baseline is another EPP build (--baseline-epp) each configuration also runs on.
+	baseline string
 	configs  []configuration
 	replicas []int
 	rates    []float64
@@ -76,6 +79,7 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	fs := flag.NewFlagSet("capacity", flag.ExitOnError)
 	var o capacityOptions
 	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
+	fs.StringVar(&o.baseline, "baseline-epp", "", "another EPP build to compare with (an earlier commit's bin/epp-llmd): each configuration of --configs but single also runs on it, right after itself in each pass and beside the same reference, and the report gives this build's scaling efficiency over the baseline's, paired by round")
 	configs := fs.String("configs", "single,local,peer,shared-index-default,shared-index-loaded,shared-index,shared-scraping", "configurations (of run's, and shared-index-loaded: one replica of N, its peers emulated at its rate): single runs 1 replica (the reference every other one is paired with), the others --replicas")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	rates := fs.String("rates", "50,100,200,400,600", "open-loop request rates, in requests a second over every replica together (at least 2; with the idle windows, a slope has 3 points or more); the cost of a request is given at each (the curve)")
@@ -112,6 +116,9 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 			return o, fmt.Errorf("--configs: %w", err)
 		}
 		o.configs = append(o.configs, c)
+		if o.baseline != "" && !c.single {
+			o.configs = append(o.configs, c.onBaseline(o.baseline))
+		}
 	}
 	var err error
 	if o.replicas, err = replicaCounts(*replicas); err != nil {
@@ -148,6 +155,9 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	}
 	if _, err := os.Stat(o.epp); err != nil {
 		return o, fmt.Errorf("--epp=%s: %w", o.epp, err)
+	}
+	if _, err := os.Stat(o.baseline); o.baseline != "" && err != nil {
+		return o, fmt.Errorf("--baseline-epp=%s: %w", o.baseline, err)
 	}
 	return o, nil
 }
@@ -210,23 +220,45 @@ func fitPoints(points []capacityPoint) (slope interval, intercept float64) {
 // slope over this configuration's, both fitted on that round's windows; their mean
 // with its interval (no samples without a reference).
 func (r capacityResult) efficiency() interval {
+	byRound := r.roundEfficiencies()
 	var ratios []float64
-	var rounds []int
-	for _, p := range r.points {
-		if !slices.Contains(rounds, p.round) {
-			rounds = append(rounds, p.round)
-		}
+	for _, k := range slices.Sorted(maps.Keys(byRound)) {
+		ratios = append(ratios, byRound[k])
 	}
-	slices.Sort(rounds)
-	for _, k := range rounds {
-		mine, ref := inRound(r.points, k), inRound(r.ref, k)
+	return meanInterval(ratios)
+}
+
+// roundEfficiencies are the scaling efficiencies of r's rounds, by round.
+func (r capacityResult) roundEfficiencies() map[int]float64 {
+	out := map[int]float64{}
+	for _, p := range r.points {
+		if _, done := out[p.round]; done {
+			continue
+		}
+		mine, ref := inRound(r.points, p.round), inRound(r.ref, p.round)
 		if len(mine) == 0 || len(ref) == 0 {
 			continue
 		}
 		s, _ := fitPoints(mine)
 		s1, _ := fitPoints(ref)
 		if s.Mean > 0 {
-			ratios = append(ratios, s1.Mean/s.Mean)
+			out[p.round] = s1.Mean / s.Mean
+		}
+	}
+	return out
+}
+
+// over is r's scaling efficiency over other's: per round (the same round of the
+// same pass, each paired with the reference's windows of its own session), the
+// ratio of the two; their mean with its 95% interval. Other is the same
+// configuration on the baseline build (--baseline-epp): above 1, this build
+// costs less per request.
+func (r capacityResult) over(other capacityResult) interval {
+	mine, theirs := r.roundEfficiencies(), other.roundEfficiencies()
+	var ratios []float64
+	for _, k := range slices.Sorted(maps.Keys(mine)) {
+		if b, ok := theirs[k]; ok && b > 0 {
+			ratios = append(ratios, mine[k]/b)
 		}
 	}
 	return meanInterval(ratios)
@@ -362,7 +394,11 @@ func capacityMain(args []string) error {
 	if err != nil {
 		return err
 	}
-	stamp, err := markdown.StampOf(o.epp) // before the namespace, at the start
+	builds := []string{o.epp}
+	if o.baseline != "" {
+		builds = append(builds, o.baseline)
+	}
+	stamp, err := markdown.StampOf(builds...) // before the namespace, at the start
 	if err != nil {
 		return err
 	}
@@ -547,7 +583,7 @@ func (b *bench) startFleet(c configuration, n int, stubs *stubFleet) (*fleet, er
 		undo = append(undo, echo.stop)
 		f.echo = echo
 	}
-	procs, err := b.startReplicas(ns, home, launched, c.config)
+	procs, err := b.startReplicas(ns, home, launched, c)
 	undo = append(undo, func() { stopReplicas(procs) })
 	if err != nil {
 		return fail(err)

@@ -96,6 +96,53 @@ func TestEfficiencyIsPairedByRound(t *testing.T) {
 	}
 }
 
+// TestABuildIsComparedWithItsBaselinePairedByRound: --baseline-epp runs each
+// configuration but single also on the other build, right after it; the report
+// gives this build's efficiency over the baseline's per round, so a round on a
+// slower machine (for the reference and both builds) changes nothing, and a
+// build whose requests cost 0.0025 against the baseline's 0.003 shows 1.2.
+func TestABuildIsComparedWithItsBaselinePairedByRound(t *testing.T) {
+	o, err := parseCapacityOptions([]string{"--epp=" + os.Args[0], "--baseline-epp=" + os.Args[0], "--configs=single,local,shared-index-default", "--replicas=8"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, c := range o.configs {
+		names = append(names, c.name)
+		if strings.HasSuffix(c.name, baselineSuffix) != (c.epp == os.Args[0]) {
+			t.Errorf("%s runs build %q", c.name, c.epp)
+		}
+	}
+	if got := strings.Join(names, ","); got != "single,local,local-baseline,shared-index-default,shared-index-default-baseline" {
+		t.Errorf("configurations %s: want each but single followed by its twin on the baseline build", got)
+	}
+	if _, err := parseCapacityOptions([]string{"--epp=" + os.Args[0], "--baseline-epp=/nonexistent/epp"}); err == nil || !strings.Contains(err.Error(), "--baseline-epp=/nonexistent/epp") {
+		t.Errorf("a missing baseline build: got %v, want an error naming the flag", err)
+	}
+
+	ref := fakeRounds(1, 0.04, 0.002, []float64{0})
+	today, base := fakeRounds(8, 0.3, 0.0025, []float64{0}), fakeRounds(8, 0.3, 0.003, []float64{0})
+	for i := range ref {
+		if ref[i].round == 1 {
+			ref[i].cores *= 1.5
+			today[i].cores *= 1.5
+			base[i].cores *= 1.5
+		}
+	}
+	r := capacityResult{config: "shared-index-default", title: "shared prefix index, default profile", replicas: 8, points: today, ref: ref}
+	b := capacityResult{config: "shared-index-default" + baselineSuffix, title: "shared prefix index, default profile, baseline build", replicas: 8, points: base, ref: ref}
+	if got := r.over(b); got.N != 2 || math.Abs(got.Mean-1.2) > 1e-9 || math.Abs(got.Lo-1.2) > 1e-9 {
+		t.Fatalf("over the baseline %+v, want exactly 1.20 in both rounds", got)
+	}
+	table := baselineTable("/tmp/old/epp", []capacityResult{fakeCapacity("single", "one replica", 1, 0.04, 0.002, []float64{0}), r, b})
+	if !strings.Contains(table, "| shared prefix index, default profile | 8 | 1.20 [1.20, 1.20] |") || strings.Count(table, "\n| shared") != 1 {
+		t.Errorf("the table compares each configuration once with its twin, got:\n%s", table)
+	}
+	if baselineTable("", []capacityResult{r, b}) != "" {
+		t.Error("with no baseline build, no comparison")
+	}
+}
+
 // TestCostAtIsAboveIdlePairedByRound: the cost of a request at a rate is the
 // window's CPU less the same round's idle window's, over the rate: a drift that
 // raises a whole round cancels out, and a fixed cost a second shows as a higher

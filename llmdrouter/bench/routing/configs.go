@@ -33,6 +33,21 @@ type configuration struct {
 	sharesScraping bool
 	// config is the EPP configuration of replica r.
 	config func(r *eppreplica.Replica) string
+	// epp is the EPP build its replicas run ("": the bench's --epp); a baseline
+	// twin's (onBaseline) is the capacity bench's --baseline-epp.
+	epp string
+}
+
+// baselineSuffix ends the name of a configuration on the baseline build.
+const baselineSuffix = "-baseline"
+
+// onBaseline is c on the EPP build epp: the capacity bench's twin of c that
+// compares this build's cost with an earlier one's (--baseline-epp).
+func (c configuration) onBaseline(epp string) configuration {
+	c.name += baselineSuffix
+	c.title += ", baseline build"
+	c.epp = epp
+	return c
 }
 
 // syncInterval is dataLayer.crossReplicaSyncInterval and peer-syncer's interval:

@@ -357,7 +357,7 @@ func (b *bench) inject(c configuration, ns, home string, gw *loadgen.Gateway, pr
 func (b *bench) startAgain(c configuration, ns, home string, p *eppProc, env []string) (*eppProc, error) {
 	ctx := context.Background()
 	launched := time.Now()
-	ps, err := b.startReplicasWith(ns, home, []*eppreplica.Replica{p.Replica}, c.config, env)
+	ps, err := b.startReplicasWith(ns, home, []*eppreplica.Replica{p.Replica}, c, env)
 	if err != nil || len(ps) != 1 {
 		stopReplicas(ps)
 		return nil, fmt.Errorf("starting %s again: %w", p.Pod, err)

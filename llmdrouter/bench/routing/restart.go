@@ -286,7 +286,7 @@ func (b *bench) restartRun(c configuration, ns, home string, procs []*eppProc, s
 func (b *bench) replace(c configuration, ns, home string, gw *loadgen.Gateway, opts loadgen.Options, slice int, r *eppreplica.Replica, watchers *sync.WaitGroup) (*replacement, *eppProc, error) {
 	ctx := context.Background()
 	launched := time.Now()
-	ps, err := b.startReplicas(ns, home, []*eppreplica.Replica{r}, c.config)
+	ps, err := b.startReplicas(ns, home, []*eppreplica.Replica{r}, c)
 	if err != nil || len(ps) != 1 {
 		stopReplicas(ps)
 		return nil, nil, fmt.Errorf("starting %s: %w", r.Pod, err)

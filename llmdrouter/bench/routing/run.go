@@ -431,7 +431,7 @@ func (b *bench) withFleet(c configuration, n int, body func(f *runningFleet) err
 	}
 	defer func() { _ = os.RemoveAll(home) }()
 	scrapes := b.scrapes()
-	procs, err := b.startReplicas(ns, home, reps, c.config)
+	procs, err := b.startReplicas(ns, home, reps, c)
 	defer stopReplicas(procs)
 	if err != nil {
 		return err
@@ -509,24 +509,28 @@ func (b *bench) scrapes() []int64 {
 }
 
 // startReplicas starts the replicas reps in namespace ns with the configuration
-// config gives each, their HOMEs in dir, and returns once they listen on their
+// c gives each (on c's EPP build), their HOMEs in dir, and returns once they listen on their
 // ports (eppreplica.Launch: a replica whose port was taken before it bound it is
 // started again on other ports). The replicas that started are returned also with
 // an error; stop them with stopReplicas.
-func (b *bench) startReplicas(ns, dir string, reps []*eppreplica.Replica, config func(*eppreplica.Replica) string) ([]*eppProc, error) {
-	return b.startReplicasWith(ns, dir, reps, config, nil)
+func (b *bench) startReplicas(ns, dir string, reps []*eppreplica.Replica, c configuration) ([]*eppProc, error) {
+	return b.startReplicasWith(ns, dir, reps, c, nil)
 }
 
 // startReplicasWith is startReplicas with env added to each replica's environment.
-func (b *bench) startReplicasWith(ns, dir string, reps []*eppreplica.Replica, config func(*eppreplica.Replica) string, env []string) ([]*eppProc, error) {
+func (b *bench) startReplicasWith(ns, dir string, reps []*eppreplica.Replica, c configuration, env []string) ([]*eppProc, error) {
 	// --tracing=false: upstream's chart passes it (its default, true, prints every
 	// request's spans to stdout).
 	args := []string{"--tracing=false"}
 	if b.o.refresh > 0 {
 		args = append(args, "--refresh-metrics-interval="+b.o.refresh.String())
 	}
-	l := eppreplica.Launch{Bin: b.o.epp, Kubeconfig: b.env.Kubeconfig, Dir: dir, Args: args, Env: env, Logf: b.logf}
-	ps, err := l.Start(ns, reps, func(i int) string { return config(reps[i]) })
+	bin := b.o.epp
+	if c.epp != "" {
+		bin = c.epp
+	}
+	l := eppreplica.Launch{Bin: bin, Kubeconfig: b.env.Kubeconfig, Dir: dir, Args: args, Env: env, Logf: b.logf}
+	ps, err := l.Start(ns, reps, func(i int) string { return c.config(reps[i]) })
 	var procs []*eppProc
 	for i, p := range ps {
 		if p != nil {
@@ -594,8 +598,10 @@ func (b *bench) waitReady(c configuration, procs []*eppProc, n int, scrapes0 []i
 			}
 			if c.sharesIndex {
 				// Emulated peers hold no index and answer no exchange: the real
-				// replica's index is there, and is never warm from them.
-				if m, err := scrapeMetrics(p.Metrics); err != nil || !m.hasWarm || (m.warm != 1 && !c.emulatedPeers) {
+				// replica's index is there, and is never warm from them. A baseline
+				// build may have no warm gauge (it came later): its peers in sync
+				// are its readiness.
+				if m, err := scrapeMetrics(p.Metrics); err != nil || (!m.hasWarm && c.epp == "") || (m.hasWarm && m.warm != 1 && !c.emulatedPeers) {
 					wrong = append(wrong, fmt.Sprintf("%s: the shared index not warm (%v)", p.Pod, err))
 				}
 			}
