@@ -394,9 +394,9 @@ bench-capacity: k8s build-llmd ## Capacity: llm-d-router's EPP at 1, 3 and 8 rep
 	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --write=$(ROOT)/docs/PERFORMANCE.md --quote=$(ROOT)/README.md --plot=$(ROOT)/docs/capacity-bench.svg $(BENCH_CAPACITY_FLAGS)
 
 .PHONY: bench-capacity-smoke
-bench-capacity-smoke: k8s build-llmd ## A short bench-capacity (one replica, and one of 3 whose 2 peers are emulated; 2 rates, 2 passes of 2 rounds of 1 s windows; a scrape load of 3 replicas on 4 servers; ~1.5 min) that fails when a request is not answered, the replica did not merge 2 of its peers' placements for each of its own, or shared scraping reads a server more often than one replica would.
+bench-capacity-smoke: k8s build-llmd ## A short bench-capacity (one replica, and one of 3 whose 2 peers are emulated on either profile; 2 rates, 2 passes of 2 rounds of 1 s windows; a scrape load of 3 replicas on 4 servers; ~1.5 min) that fails when a request is not answered, the replica did not merge 2 of its peers' placements for each of its own (or its peers did not push the in-flight load it pushes), or shared scraping reads a server more often than one replica would.
 	cd llmdrouter && $(LLMD_GO) build -trimpath -o $(BIN)/routingbench ./bench/routing
-	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --configs=single,shared-index-loaded --replicas=3 --rates=100,200 --rounds=2 --passes=2 --window=1s \
+	$(BIN)/routingbench capacity --epp=$(LLMD_EPP) --configs=single,shared-index-loaded,shared-index-loaded-state-sync --replicas=3 --rates=100,200 --rounds=2 --passes=2 --window=1s \
 		--scrape-servers=4 --scrape-replicas=3 --scrape-refresh=200ms --scrape-windows=2 --scrape-window=1s
 
 .PHONY: bench-routing-smoke

@@ -58,19 +58,21 @@ type capacityOptions struct {
 	epp     string
 	// baseline is another EPP build (--baseline-epp) each configuration also runs on.
 	baseline string
-	configs  []configuration
-	replicas []int
-	rates    []float64
-	window   time.Duration
-	rounds   int
-	passes   int
-	pass     int // the pass running (capacitySessions)
-	servers  int
-	write    string
-	quote    []string
-	plot     string
-	pprofDir string
-	scrape   scrapeLoadOptions
+	// peerClockOffset bounds the emulated peers' clock offsets (echoOptions).
+	peerClockOffset time.Duration
+	configs         []configuration
+	replicas        []int
+	rates           []float64
+	window          time.Duration
+	rounds          int
+	passes          int
+	pass            int // the pass running (capacitySessions)
+	servers         int
+	write           string
+	quote           []string
+	plot            string
+	pprofDir        string
+	scrape          scrapeLoadOptions
 	// measuredBy is the command the report names as its source.
 	measuredBy string
 }
@@ -80,9 +82,10 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 	var o capacityOptions
 	fs.StringVar(&o.epp, "epp", "", "the EPP build (bin/epp-llmd)")
 	fs.StringVar(&o.baseline, "baseline-epp", "", "another EPP build to compare with (an earlier commit's bin/epp-llmd): each configuration of --configs but single also runs on it, right after itself in each pass and beside the same reference, and the report gives this build's scaling efficiency over the baseline's, paired by round")
-	configs := fs.String("configs", "single,local,peer,shared-index-default,shared-index-loaded,shared-index,shared-scraping", "configurations (of run's, and shared-index-loaded: one replica of N, its peers emulated at its rate): single runs 1 replica (the reference every other one is paired with), the others --replicas")
+	configs := fs.String("configs", "single,single-shared,single-shared-state-sync,local,peer,shared-index-default,shared-index-loaded,shared-index,shared-index-loaded-state-sync,shared-scraping", "configurations (of run's, and the shared-index-loaded ones: one replica of N, its peers emulated at its rate): single runs 1 replica (the reference every other one is paired with), and so do the other single ones (single-shared: the shared index without a peer, the reference the full-rate rows isolate the sharing against), the others --replicas")
 	replicas := fs.String("replicas", "3,8", "replica counts of the active-active configurations")
 	rates := fs.String("rates", "50,100,200,400,600", "open-loop request rates, in requests a second over every replica together (at least 2; with the idle windows, a slope has 3 points or more); the cost of a request is given at each (the curve)")
+	fs.DurationVar(&o.peerClockOffset, "peer-clock-offset", time.Millisecond, "the emulated peers' clocks (one replica of N at the full rate): each is this machine's plus an offset drawn evenly from [-this, this], so that their frames arrive as those of replicas on nodes of their own do (the default is an assumption: docs/DECISIONS.md)")
 	fs.DurationVar(&o.window, "window", 2500*time.Millisecond, "each window (a rate's, or an idle one)")
 	fs.IntVar(&o.rounds, "rounds", 2, "rounds per configuration and pass: each rate and an idle window, on the configuration and on the reference")
 	fs.IntVar(&o.passes, "passes", 3, "independent passes: each starts every fleet, the reference's included, afresh and runs every configuration again; the spread between them is reported beside the interval over the rounds")
@@ -139,6 +142,8 @@ func parseCapacityOptions(args []string) (capacityOptions, error) {
 		return o, fmt.Errorf("--rates=%q: want at least 2 rates (with the idle windows, a slope per round needs 3 points)", *rates)
 	case o.window < time.Second:
 		return o, fmt.Errorf("--window=%v: want at least 1s", o.window)
+	case o.peerClockOffset < 0 || o.peerClockOffset > time.Second:
+		return o, fmt.Errorf("--peer-clock-offset=%v: want 0 to 1s", o.peerClockOffset)
 	case o.rounds < 2 || o.rounds > 30:
 		return o, fmt.Errorf("--rounds=%d: want 2 to 30 (an interval needs 2)", o.rounds)
 	case o.passes < 1 || o.passes > 10:
@@ -251,8 +256,9 @@ func (r capacityResult) roundEfficiencies() map[int]float64 {
 // over is r's scaling efficiency over other's: per round (the same round of the
 // same pass, each paired with the reference's windows of its own session), the
 // ratio of the two; their mean with its 95% interval. Other is the same
-// configuration on the baseline build (--baseline-epp): above 1, this build
-// costs less per request.
+// configuration on the baseline build (--baseline-epp: above 1, this build costs
+// less per request), or one replica of the same profile (isolatedBy: what the
+// sharing alone costs).
 func (r capacityResult) over(other capacityResult) interval {
 	mine, theirs := r.roundEfficiencies(), other.roundEfficiencies()
 	var ratios []float64
@@ -482,7 +488,7 @@ func (b *bench) capacitySessions(o capacityOptions, stubs *stubFleet) []capacity
 	var refRes capacityResult
 	if refConfig != nil {
 		refRes = capacityResult{config: refConfig.name, title: refConfig.title, replicas: 1}
-		f, err := b.startFleet(*refConfig, 1, stubs)
+		f, err := b.startFleet(*refConfig, 1, stubs, echoOptions{})
 		if err != nil {
 			refRes.failure = err.Error()
 			b.logf("%s × 1: %v", refConfig.title, err)
@@ -504,7 +510,7 @@ func (b *bench) capacitySessions(o capacityOptions, stubs *stubFleet) []capacity
 	}
 	for i, s := range subjects {
 		res := capacityResult{config: s.c.name, title: s.c.title, replicas: s.n}
-		f, err := b.startFleet(s.c, s.n, stubs)
+		f, err := b.startFleet(s.c, s.n, stubs, echoOptions{clockOffset: o.peerClockOffset, seed: uint64(o.pass)<<32 | uint64(i)})
 		if err == nil {
 			err = b.capacitySession(o, stubs, i+1, ref, f, &res)
 			f.stop()
@@ -539,8 +545,9 @@ type fleet struct {
 }
 
 // startFleet starts configuration c with n replicas, each replica listing the
-// others, and waits until they are ready, in sync and warm.
-func (b *bench) startFleet(c configuration, n int, stubs *stubFleet) (*fleet, error) {
+// others (its emulated peers as echo says, if it has them), and waits until they
+// are ready, in sync and warm.
+func (b *bench) startFleet(c configuration, n int, stubs *stubFleet, echo echoOptions) (*fleet, error) {
 	f := &fleet{c: c}
 	var undo []func()
 	f.stop = func() {
@@ -576,12 +583,12 @@ func (b *bench) startFleet(c configuration, n int, stubs *stubFleet) (*fleet, er
 	if c.emulatedPeers {
 		// One real replica; the others, echoPeers, up before it looks for them.
 		launched = reps[:1]
-		echo, err := startEchoPeers(ns, reps[0], reps[1:], sharedIndexPlugin)
+		peers, err := startEchoPeers(ns, reps[0], reps[1:], sharedIndexPlugin, echo)
 		if err != nil {
 			return fail(err)
 		}
-		undo = append(undo, echo.stop)
-		f.echo = echo
+		undo = append(undo, peers.stop)
+		f.echo = peers
 	}
 	procs, err := b.startReplicas(ns, home, launched, c)
 	undo = append(undo, func() { stopReplicas(procs) })
@@ -694,6 +701,8 @@ func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int
 		if err := sub.echo.check(sub.procs[0], n); err != nil {
 			return err
 		}
+		b.logf("%s × %d: its emulated peers echoed %d placements; they push %d in-flight values and hold %d of the replica's (clock offsets %v)",
+			sub.c.title, n, sub.echo.echoed(), sub.echo.pushed(), sub.echo.received(), sub.echo.offsets)
 	}
 	other := 0.0 // the reference's scrapes, measured alone (none when sub runs alone)
 	if ref != nil {

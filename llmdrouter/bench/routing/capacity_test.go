@@ -143,6 +143,42 @@ func TestABuildIsComparedWithItsBaselinePairedByRound(t *testing.T) {
 	}
 }
 
+// TestTheFullRateRowIsSetAgainstOneReplicaWithTheSameIndex: the row of one
+// replica of N at the full rate is divided by one replica with the same index
+// and profile and no peer, round by round, so that what the index costs one
+// replica against upstream's (the reference) is left out of the sharing's cost.
+func TestTheFullRateRowIsSetAgainstOneReplicaWithTheSameIndex(t *testing.T) {
+	ref := fakeRounds(1, 0.04, 0.002, []float64{0})
+	for i := range ref {
+		if ref[i].round == 1 {
+			ref[i].cores *= 1.5
+		}
+	}
+	scaled := func(perRequest float64) []capacityPoint {
+		ps := fakeRounds(1, 0.05, perRequest, []float64{0})
+		for i := range ps {
+			if ps[i].round == 1 {
+				ps[i].cores *= 1.5
+			}
+		}
+		return ps
+	}
+	single := capacityResult{config: "single", title: "one replica", replicas: 1, points: ref}
+	shared := capacityResult{config: "single-shared", title: "one replica + shared prefix index (control)", replicas: 1, points: scaled(0.0025), ref: ref}
+	loaded := capacityResult{config: "shared-index-loaded", title: "one of N at the full rate", replicas: 8, points: scaled(0.003), ref: ref}
+	results := []capacityResult{single, shared, loaded}
+	table := sharingTable(results)
+	if !strings.Contains(table, "| one of N at the full rate | 8 | one replica + shared prefix index (control) | 0.83 [0.83, 0.83] |") {
+		t.Errorf("the sharing alone: 0.0025 over 0.003 a request is 0.83 in both rounds; got:\n%s", table)
+	}
+	if h := capacityHeadline(results, scrapeLoadResult{}); !strings.Contains(h, "8 give 5.3× [5.3, 5.3]") || !strings.Contains(h, "(6.7× [6.7, 6.7] against one replica with this index)") {
+		t.Errorf("the headline gives the row against the reference and against one replica with this index; got %s", h)
+	}
+	if sharingTable([]capacityResult{single, loaded}) != "" {
+		t.Error("without single-shared, no table of the sharing alone")
+	}
+}
+
 // TestCostAtIsAboveIdlePairedByRound: the cost of a request at a rate is the
 // window's CPU less the same round's idle window's, over the rate: a drift that
 // raises a whole round cancels out, and a fixed cost a second shows as a higher

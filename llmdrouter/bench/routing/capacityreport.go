@@ -40,9 +40,9 @@ func capacityReport(o capacityOptions, results []capacityResult, scrape scrapeLo
 		"CPU: every replica's utime and stime (`/proc/<pid>/stat`, threads that exited included) over each window. The marginal cost is the slope of the replicas' CPU (every replica together) against the rate, fitted over every window (the idle ones at rate 0), with its 95%% interval: what one more request routed anywhere costs the fleet. Requests per core: its inverse. "+
 		"Scaling efficiency: per round, the reference's marginal cost over the configuration's (each fitted on that round's windows), the mean over the rounds with its 95%% interval, and beside it the spread between the passes (each pass's mean; their mean with its 95%% interval) (1.0: more replicas cost nothing more per request; the target with the shared index at 8 replicas is at least %.2f, met when the lower ends of both clear it). "+
 		"Picking p99: the time the EPP took to pick a server (the ext_proc exchange until its answer) at the highest rate. Idle: per replica, what the replicas use with no request: the model servers' metrics scraped, discovery, and with peer-syncer its pushes and heartbeats, with the shared index its broadcast. Scrapes: the `/metrics` requests each model server gets a second from the configuration's replicas (every replica scrapes every server; with shared scraping, `fleet-metrics-data-source`, one replica scrapes each and shares what the scorers read with the others). "+
-		"One replica of N at its full rate: 8 replicas cannot each route near a replica's capacity on 2 cores, so this row runs one real replica that routes the whole rate, and N-1 peers emulated in the bench's process (each a peer-syncer of its own, listed in the EPP Service's EndpointSlices) that publish again each placement it publishes, over prompts of their own (each block hash mixed with the peer's salt): it receives N-1 placements for each request it routes, and sends each of its own to N-1 peers, as every replica of N that all route at its rate does, so its CPU per request is the fleet's (the bench fails the row unless it merged N-1 of its peers' placements for each of its own); its scrapes and idle are that one replica's.\n\n",
+		"One replica of N at its full rate: 8 replicas cannot each route near a replica's capacity on 2 cores, so this row runs one real replica that routes the whole rate, and N-1 peers emulated in the bench's process (each a peer-syncer of its own, listed in the EPP Service's EndpointSlices) that publish again each placement it publishes, over prompts of their own (each block hash mixed with the peer's salt), each after a delay of its own of up to a window, with its windows on the grid of its own clock (each peer's clock offset drawn evenly from ±%v), and push every interval the in-flight load the real replica pushes: it receives N-1 placements for each request it routes, and N-1 pushes of state, and sends each of its own to N-1 peers, as every replica of N that all route at its rate does, so its CPU per request is the fleet's (the bench fails the row unless it merged N-1 of its peers' placements for each of its own, and its peers pushed what it pushes); its scrapes and idle are that one replica's. The emulated peers hold no index, so they answer no anti-entropy exchange: the one a replica opens with each peer about once a second is left out.\n\n",
 		took.Round(time.Second), eppName(o.epp),
-		o.servers, bytesString(float64(len(modelsim.IdleMetrics(stubConfig(o.page))))), pageName[o.page], refreshOf(o.refresh), strings.Join(rates, ", "), o.passes, o.rounds, o.window, o.window, 1/targetMarginal)
+		o.servers, bytesString(float64(len(modelsim.IdleMetrics(stubConfig(o.page))))), pageName[o.page], refreshOf(o.refresh), strings.Join(rates, ", "), o.passes, o.rounds, o.window, o.window, 1/targetMarginal, o.peerClockOffset)
 	sb.WriteString("| configuration | replicas | marginal CPU per request, every replica | requests per core | scaling efficiency (paired with the reference) | picking p99 at the highest rate | idle CPU per replica | scrapes per server and second | answered |\n")
 	sb.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, r := range results {
@@ -75,6 +75,7 @@ func capacityReport(o capacityOptions, results []capacityResult, scrape scrapeLo
 		fmt.Fprintf(&sb, "| %s | %d | %s µs | %s | %s | %s | %.1f%% of a core | %.1f | %d of %d |\n", r.title, r.replicas, us.format(0), perCore, eff,
 			millis(float64(stats.Percentile(sorted(top.route), 0.99))), 100*r.idle(), r.scrapes, answered, sent)
 	}
+	sb.WriteString(sharingTable(results))
 	sb.WriteString(baselineTable(o.baseline, results))
 	sb.WriteString(curveTable(results))
 	sb.WriteString(scrape.report())
@@ -82,6 +83,30 @@ func capacityReport(o capacityOptions, results []capacityResult, scrape scrapeLo
 		capacityHeadline(results, scrape), headlineEndOf("capacity-headline"))
 	sb.WriteString("\n![CPU per request above idle against the rate each replica routes, one replica and the fleets](capacity-bench.svg)\n")
 	return sb.String()
+}
+
+// isolatedBy is, for each full-rate configuration, the one replica of the same
+// index and profile: the full-rate row's efficiency over that replica's is what
+// sharing the index costs, this project's index being in both.
+var isolatedBy = map[string]string{
+	"shared-index-loaded":            "single-shared",
+	"shared-index-loaded-state-sync": "single-shared-state-sync",
+}
+
+// sharingTable gives each full-rate row's efficiency over its isolatedBy
+// reference's, when both ran.
+func sharingTable(results []capacityResult) string {
+	var rows []string
+	for _, r := range results {
+		if one := findOne(results, isolatedBy[r.config]); one != nil && one.failure == "" && r.failure == "" {
+			rows = append(rows, fmt.Sprintf("| %s | %d | %s | %s |\n", r.title, r.replicas, one.title, r.over(*one).format(2)))
+		}
+	}
+	if len(rows) == 0 {
+		return ""
+	}
+	return "\nThe sharing alone: each row of one replica of N at the full rate against one replica with the same index and profile and no peer (the two rows' scaling efficiencies, per round, one over the other: the mean with its 95% interval), so that what this project's index costs one replica, against upstream's in the reference, is left out: 1.0 is sharing at no cost.\n\n" +
+		"| configuration | replicas | against | scaling efficiency over it |\n|---|---:|---|---:|\n" + strings.Join(rows, "")
 }
 
 // baselineTable compares each configuration with its twin on the baseline build
@@ -158,9 +183,11 @@ func firstLine(s string) string {
 	return line
 }
 
-func findCapacity(results []capacityResult, config string, n int) *capacityResult {
+// findOne is the result of the one-replica configuration config (nil if it did
+// not run).
+func findOne(results []capacityResult, config string) *capacityResult {
 	for i := range results {
-		if results[i].config == config && results[i].replicas == n {
+		if results[i].config == config && results[i].replicas == 1 {
 			return &results[i]
 		}
 	}
@@ -171,7 +198,7 @@ func findCapacity(results []capacityResult, config string, n int) *capacityResul
 // the shared index's replicas on both profiles, and LocalSyncer's (sharing
 // nothing) for what more replicas cost without it.
 func capacityHeadline(results []capacityResult, scrape scrapeLoadResult) string {
-	one := findCapacity(results, "single", 1)
+	one := findOne(results, "single")
 	if one == nil || one.failure != "" {
 		return "Capacity: not measured."
 	}
@@ -185,6 +212,7 @@ func capacityHeadline(results []capacityResult, scrape scrapeLoadResult) string 
 		{"shared-index-default", "sharing the index on upstream's default profile, the rates spread over them"},
 		{"shared-index-loaded", "sharing the index on that profile, each at the full rate (one replica measured, its peers emulated)"},
 		{"shared-index", "sharing the index with state sync's profile"},
+		{"shared-index-loaded-state-sync", "sharing the index with state sync's profile, each at the full rate"},
 		{"local", "sharing nothing (`LocalSyncer`)"},
 	} {
 		var at []string
@@ -200,6 +228,11 @@ func capacityHeadline(results []capacityResult, scrape scrapeLoadResult) string 
 			}
 			if strings.HasPrefix(r.config, "shared-index") && r.replicas == 8 {
 				s += ", target " + strings.Trim(r.efficiencyShown(), "*")
+			}
+			if one := findOne(results, isolatedBy[r.config]); one != nil && one.failure == "" {
+				if o := r.over(*one); o.N >= 2 {
+					s += fmt.Sprintf(" (%.1f× [%.1f, %.1f] against one replica with this index)", n*o.Mean, n*o.Lo, n*o.Hi)
+				}
 			}
 			at = append(at, s)
 		}

@@ -193,6 +193,16 @@ var configurations = []configuration{
 		},
 	},
 	{
+		// single-shared on state sync's profile (peer-syncer and
+		// active-request-scorer, no peer): the reference that
+		// shared-index-loaded-state-sync's ratio isolates the sharing against.
+		// Capacity bench.
+		name: "single-shared-state-sync", title: "one replica + shared prefix index, state sync's profile (control)", single: true, control: true, syncs: true, sharesIndex: true,
+		config: func(r *eppreplica.Replica) string {
+			return defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncer, activeRequestScorer, peerSyncerDataLayer)
+		},
+	},
+	{
 		// A control for the configurations with active-request-scorer (peer,
 		// shared-index): one replica with their profile, so that what the scorer
 		// costs one replica can be told from what active-active costs.
@@ -262,6 +272,15 @@ var configurations = []configuration{
 		name: "shared-index-loaded", title: "shared prefix index, default profile, one of N at the full rate (peers emulated)", syncs: true, sharesIndex: true, emulatedPeers: true,
 		config: func(r *eppreplica.Replica) string {
 			return defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncerOnly, "", peerSyncerDataLayer)
+		},
+	},
+	{
+		// shared-index-loaded on state sync's profile (shared-index's): the
+		// in-flight load shared too, which the emulated peers push as the real
+		// replica does. Capacity bench only.
+		name: "shared-index-loaded-state-sync", title: "shared prefix index, state sync's profile, one of N at the full rate (peers emulated)", syncs: true, sharesIndex: true, emulatedPeers: true,
+		config: func(r *eppreplica.Replica) string {
+			return defaultProfile(sharedPrefixScorer, discovery(r)+peerSyncer, activeRequestScorer, peerSyncerDataLayer)
 		},
 	},
 	{

@@ -67,7 +67,7 @@ func (b *bench) scrapeLoad(o scrapeLoadOptions, epp string) scrapeLoadResult {
 		c, err := configurationNamed(name)
 		if err == nil {
 			var f *fleet
-			if f, err = sb.startFleet(c, o.replicas, stubs); err == nil {
+			if f, err = sb.startFleet(c, o.replicas, stubs, echoOptions{}); err == nil {
 				fleets = append(fleets, f)
 				// This fleet's scrapes: the servers' a second, less the others'.
 				s0, t0 := stubs.total(), time.Now()
@@ -202,7 +202,7 @@ func scrapesSentence(results []capacityResult) string {
 			own = append(own, fmt.Sprintf("%.1f at %d", r.scrapes, r.replicas))
 		}
 	}
-	one := findCapacity(results, "single", 1)
+	one := findOne(results, "single")
 	if len(shared) == 0 || one == nil {
 		return ""
 	}

@@ -62,7 +62,7 @@ func swarmMain(args []string) error {
 	eps := endpointNames(*endpoints)
 	measured := peers.PeerMetadata{Namespace: *namespace, Name: tname, Address: tap.Addr().String(), Port: int32(tap.Port()), Ready: true, Serving: true}
 	for i := 1; i <= *n; i++ {
-		s, err := standin.Peer(*namespace, fmt.Sprintf("epp-%d", i), netns.Addr(10+i), ps[i-1], measured, *interval)
+		s, err := standin.Peer(*namespace, fmt.Sprintf("epp-%d", i), netns.Addr(10+i), ps[i-1], measured, *interval, 0)
 		if err != nil {
 			return err
 		}

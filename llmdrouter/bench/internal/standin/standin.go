@@ -16,9 +16,10 @@ import (
 )
 
 // Peer is a syncer for replica name of namespace ns, listening on ip:port and
-// dialling from ip, whose only member is target; it pushes every interval. The
+// dialling from ip, whose only member is target; it pushes every interval, and its
+// clock is this machine's plus clockOffset (a replica on a node of its own). The
 // caller registers what it shares (a broadcast, values) and runs it.
-func Peer(ns, name, ip string, port int, target peers.PeerMetadata, interval time.Duration) (*peersync.Syncer, error) {
+func Peer(ns, name, ip string, port int, target peers.PeerMetadata, interval, clockOffset time.Duration) (*peersync.Syncer, error) {
 	l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 	if err != nil {
 		return nil, fmt.Errorf("stand-in %s: %w", name, err)
@@ -33,6 +34,7 @@ func Peer(ns, name, ip string, port int, target peers.PeerMetadata, interval tim
 		Interval:      interval,
 		SourceAddress: func(peers.PeerMetadata) net.IP { return own },
 		Instance:      name,
+		ClockOffset:   clockOffset,
 	})
 	if err != nil {
 		l.Close()
