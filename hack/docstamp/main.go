@@ -89,14 +89,14 @@ func staleness(s markdown.Stamp) string {
 	if s.Commit == "" {
 		return strings.Join(append(notes, "names no commit"), "; ")
 	}
-	args := append([]string{"log", "--format=%h", s.Commit + "..HEAD", "--"}, markdown.MeasuredCode...)
+	args := append([]string{"log", "--format=%h", s.Commit + "..HEAD", "--"}, markdown.MeasuredPathspec()...)
 	out, err := exec.Command("git", args...).Output()
 	switch {
 	case err != nil:
 		notes = append(notes, fmt.Sprintf("measured %s, a commit this clone does not have: cannot tell whether it is stale", s.Commit[:12]))
 	case len(strings.Fields(string(out))) > 0:
 		notes = append(notes, fmt.Sprintf("measured %s; %d commits since changed %s: stale until its benchmark runs again (not an error)",
-			s.Commit[:12], len(strings.Fields(string(out))), strings.Join(markdown.MeasuredCode, " or ")))
+			s.Commit[:12], len(strings.Fields(string(out))), strings.Join(markdown.MeasuredCode, " or ")+" (tests aside)"))
 	}
 	return strings.Join(notes, "; ")
 }

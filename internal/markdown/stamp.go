@@ -8,12 +8,19 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 )
 
 // MeasuredCode is the code a benchmark's figures depend on, as paths of the
 // repository: a change under them since a section's commit makes it stale.
 var MeasuredCode = []string{"llmdrouter", "controller/peersync"}
+
+// MeasuredPathspec is MeasuredCode as git pathspecs, its tests and their data
+// left out: they change no figure.
+func MeasuredPathspec() []string {
+	return append(slices.Clone(MeasuredCode), ":(exclude,glob)**/*_test.go", ":(exclude,glob)**/testdata/**")
+}
 
 // A Stamp says what a generated section measured: the commit checked out when the
 // benchmark started, whether the measured code (MeasuredCode) had changes not yet
@@ -35,7 +42,7 @@ func StampOf(builds ...string) (Stamp, error) {
 		if err != nil {
 			return Stamp{}, fmt.Errorf("git rev-parse --show-toplevel: %w", err)
 		}
-		args := append([]string{"-C", strings.TrimSpace(string(top)), "status", "--porcelain", "--"}, MeasuredCode...)
+		args := append([]string{"-C", strings.TrimSpace(string(top)), "status", "--porcelain", "--"}, MeasuredPathspec()...)
 		st, err := exec.Command("git", args...).Output()
 		if err != nil {
 			return Stamp{}, fmt.Errorf("git status: %w", err)
