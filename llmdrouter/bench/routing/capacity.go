@@ -701,8 +701,9 @@ func (b *bench) capacitySession(o capacityOptions, stubs *stubFleet, session int
 		if err := sub.echo.check(sub.procs[0], n); err != nil {
 			return err
 		}
+		pushed, held := sub.echo.loads()
 		b.logf("%s × %d: its emulated peers echoed %d placements; they push %d in-flight values and hold %d of the replica's (clock offsets %v)",
-			sub.c.title, n, sub.echo.echoed(), sub.echo.pushed(), sub.echo.received(), sub.echo.offsets)
+			sub.c.title, n, sub.echo.echoed(), pushed, held, sub.echo.offsets)
 	}
 	other := 0.0 // the reference's scrapes, measured alone (none when sub runs alone)
 	if ref != nil {

@@ -138,23 +138,6 @@ func pushLoad(ctx context.Context, s *peersync.Syncer, interval time.Duration) {
 	}
 }
 
-// pushed is the in-flight values the emulated peers set, all together.
-func (e *echoPeers) pushed() int {
-	n := 0
-	for _, s := range e.syncers {
-		for _, k := range s.Document(inflightKeys, "").Keys {
-			for _, ep := range k.Endpoints {
-				for _, v := range ep.Values {
-					if v.Replica == "self" {
-						n++
-					}
-				}
-			}
-		}
-	}
-	return n
-}
-
 // echoed is what the emulated peers published again, all together.
 func (e *echoPeers) echoed() uint64 {
 	var n uint64
@@ -176,26 +159,27 @@ func (e *echoPeers) check(p *eppProc, n int) error {
 	if own == 0 || m.reached() < 0.95*want {
 		return fmt.Errorf("the emulated peers fell short: the real replica made %.0f placements and merged %.0f of its peers' (want %.0f; the peers published %d)", own, m.reached(), want, e.echoed())
 	}
-	if theirs, pushed := e.received(), e.pushed(); pushed < theirs {
-		return fmt.Errorf("the emulated peers fell short: they push %d in-flight values and hold %d of the real replica's", pushed, theirs)
+	if pushed, held := e.loads(); pushed < held {
+		return fmt.Errorf("the emulated peers fell short: they push %d in-flight values and hold %d of the real replica's", pushed, held)
 	}
 	return nil
 }
 
-// received is the in-flight values the real replica pushed, all together, as
-// the emulated peers hold them.
-func (e *echoPeers) received() int {
-	n := 0
+// loads are the in-flight values the emulated peers hold, all together: their own
+// (pushed) and the real replica's (held).
+func (e *echoPeers) loads() (pushed, held int) {
 	for _, s := range e.syncers {
 		for _, k := range s.Document(inflightKeys, "").Keys {
 			for _, ep := range k.Endpoints {
 				for _, v := range ep.Values {
-					if v.Replica != "self" {
-						n++
+					if v.Replica == "self" {
+						pushed++
+					} else {
+						held++
 					}
 				}
 			}
 		}
 	}
-	return n
+	return pushed, held
 }
