@@ -171,7 +171,7 @@ func (b *Broadcast) Publish(msg []byte) {
 // untilFlush is how long a window that opens now waits for its flush, by this
 // replica's clock (Options.ClockOffset).
 func (b *Broadcast) untilFlush() time.Duration {
-	now := b.s.o.now()
+	now := b.s.o.now().Add(b.s.o.ClockOffset)
 	return b.flushAt(now).Sub(now)
 }
 

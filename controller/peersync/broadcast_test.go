@@ -313,7 +313,8 @@ func TestWindowsFallOnTheWallClocksGrid(t *testing.T) {
 // TestAClockOffsetMovesTheSyncersClockAndItsGrid: a syncer that stands in for a
 // replica on another node (Options.ClockOffset) starts, and flushes its windows,
 // by that node's clock: at a grid instant of this machine's, its window of 10ms
-// opened 4ms past one of its own and waits 6ms.
+// opened 4ms past one of its own and waits 6ms. Its deadlines stay on this
+// machine's clock (a connection's deadline an offset early would expire at once).
 func TestAClockOffsetMovesTheSyncersClockAndItsGrid(t *testing.T) {
 	base := time.Unix(1_800_000_000, 0)
 	for _, offset := range []time.Duration{0, 4 * time.Millisecond, -3 * time.Millisecond} {
@@ -329,6 +330,9 @@ func TestAClockOffsetMovesTheSyncersClockAndItsGrid(t *testing.T) {
 		}
 		if got := time.Unix(0, int64(s.hello.Start)).Sub(base); got != offset {
 			t.Errorf("offset %v: the start time is %v past this machine's clock, want the offset", offset, got)
+		}
+		if !s.o.now().Equal(base) {
+			t.Errorf("offset %v: the syncer's deadlines read %v, want this machine's clock", offset, s.o.now())
 		}
 		b, err := s.Broadcast("index", BroadcastOptions{Window: 10 * time.Millisecond, Receive: func(string, []byte) error { return nil }})
 		if err != nil {

@@ -121,10 +121,11 @@ type Options struct {
 	Instance string
 	// Log receives connection and membership events.
 	Log logr.Logger
-	// ClockOffset is added to this machine's clock wherever the syncer reads the
-	// time of day: its start time, its values' times and its broadcasts' grid of
-	// windows. A syncer that stands in for a replica on another node, whose clock
-	// differs, sets it (benchmarks and tests); 0 in production.
+	// ClockOffset is added to this machine's clock where the syncer's time of day
+	// reaches its peers: its start time (in its handshake) and its broadcasts'
+	// grid of windows. Deadlines, TTLs and budgets keep this machine's clock. A
+	// syncer that stands in for a replica on another node, whose clock differs,
+	// sets it (benchmarks and tests); 0 in production.
 	ClockOffset time.Duration
 
 	now func() time.Time // tests
@@ -296,9 +297,6 @@ func New(o Options) (*Syncer, error) {
 	if o.now == nil {
 		o.now = time.Now
 	}
-	if offset, clock := o.ClockOffset, o.now; offset != 0 {
-		o.now = func() time.Time { return clock().Add(offset) }
-	}
 	if o.Log.GetSink() == nil {
 		o.Log = logr.Discard()
 	}
@@ -312,7 +310,7 @@ func New(o Options) (*Syncer, error) {
 		m:   metricsFor(o.Instance),
 		lim: wire.Limits{MaxValueBytes: o.MaxValueBytes, MaxNameBytes: 4096},
 		hello: wire.Hello{Version: wire.Version, Namespace: o.Self.Namespace, Name: o.Self.Name,
-			Start: uint64(o.now().UnixNano()), Nonce: binary.LittleEndian.Uint64(nonce[:])},
+			Start: uint64(o.now().Add(o.ClockOffset).UnixNano()), Nonce: binary.LittleEndian.Uint64(nonce[:])},
 		peers:   map[string]*peerRec{},
 		byAddr:  map[string][]*peerRec{},
 		changed: make(chan struct{}),
